@@ -1,0 +1,139 @@
+"""The agent: registry + sampler + auto-attach + server, driven by one ticker.
+
+Everything runs on one asyncio loop. A tick samples every live process, attaches new
+matching ones when a scan is due, and fans the sample frame out to subscribers; the
+sampler's cost is measured per tick and exposed in ``status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import resource
+import time
+from dataclasses import dataclass, field
+
+from memproto.frames import DaemonStatus, HostMemory
+
+from . import SOFTWARE
+from .auth import Access, AccessPolicy, resolve_group
+from .autoattach import Scanner
+from .dispatch import Dispatcher
+from .procfs import ProcFS
+from .registry import Registry
+from .sampler import Sampler, Ticker
+from .server import Server
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AgentConfig:
+    socket: str
+    interval: float = 0.5
+    auto: list[str] = field(default_factory=list)
+    #: Label given to auto-attached processes.
+    auto_label: str | None = None
+    #: Members of this group see and change every watched process, as root does.
+    admin_group: str | None = None
+    #: The socket file's group: its members may connect.
+    socket_group: str | None = None
+    history_seconds: float = 600.0
+    history_step: float = 1.0
+    #: Longest time between two reads of a process's VmHWM and swap (when statm is unchanged).
+    status_refresh: float = 1.0
+    scan_interval: float = 1.0
+    max_exited: int = 256
+    max_clients: int = 64
+
+
+def raise_fd_limit() -> int:
+    """Each watched process holds 3 descriptors: lift the soft limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            return hard
+    return soft
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, procfs: ProcFS | None = None) -> None:
+        if config.interval <= 0:
+            raise ValueError("interval must be positive")
+        self.config = config
+        self.procfs = procfs or ProcFS()
+        self.started_at = time.time()
+        self.registry = Registry(
+            self.procfs,
+            history_step=max(config.history_step, config.interval),
+            history_seconds=config.history_seconds,
+            max_exited=config.max_exited,
+        )
+        self.sampler = Sampler(self.registry, interval=config.interval, status_refresh=config.status_refresh)
+        self.scanner = Scanner(self.registry, config.auto, label=config.auto_label)
+        self.dispatcher = Dispatcher(self)
+        self.server = Server(
+            config.socket,
+            policy=AccessPolicy(resolve_group(config.admin_group), self.procfs),
+            handle_request=self.dispatcher.handle,
+            interval=config.interval,
+            socket_gid=resolve_group(config.socket_group),
+            max_clients=config.max_clients,
+        )
+        self.registry.events = self.server
+        self.ticker = Ticker(config.interval, self.on_tick)
+        self._scan_every = max(1, round(config.scan_interval / config.interval))
+
+    def on_tick(self, now: float) -> None:
+        if self.ticker.ticks % self._scan_every == 1 or self._scan_every == 1:
+            self.scanner.scan()
+        self.sampler.sample(now)
+        rows, uids = self.sampler.rows()
+        self.server.broadcast_sample(self.ticker.ticks, now, rows, uids)
+
+    def status(self, access: Access) -> DaemonStatus:
+        visible = self.registry.visible(access.may_watch)
+        mem = self.procfs.meminfo()
+        host = HostMemory(
+            total_bytes=mem.get("MemTotal", 0),
+            available_bytes=mem.get("MemAvailable", mem.get("MemFree", 0)),
+            swap_total_bytes=mem.get("SwapTotal", 0),
+            swap_free_bytes=mem.get("SwapFree", 0),
+        )
+        return DaemonStatus(
+            software=SOFTWARE,
+            pid=os.getpid(),
+            uid=os.getuid(),
+            started_at=self.started_at,
+            interval=self.config.interval,
+            socket=self.config.socket,
+            watched=len(visible),
+            alive=sum(1 for w in visible if w.alive),
+            clients=len(self.server.sessions),
+            tick=self.ticker.stats(),
+            host=host,
+        )
+
+    async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
+        """Serve until ``stop`` is set; the socket file is removed on the way out."""
+        raise_fd_limit()
+        await self.server.start()
+        log.info("sampling every %g s%s", self.config.interval,
+                 f", auto-attaching {', '.join(self.config.auto)}" if self.config.auto else "")
+        if self.config.auto:
+            self.scanner.scan()
+        ticker = asyncio.ensure_future(self.ticker.run())
+        if ready is not None:
+            ready.set()
+        try:
+            await stop.wait()
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+            await self.server.close()
+            self.registry.close()
+            log.info("stopped")

@@ -1,0 +1,258 @@
+"""The ``memagent`` command line. Its commands, flags, exit codes and JSON fields are a
+contract that scripts rely on: extend, never rename.
+
+Exit codes: 0 success; 1 a request failed for some PID (``no such process: PID``,
+``permission denied: PID`` on stderr); 2 no daemon (``no memagent daemon at PATH (start
+one with: memagent daemon)``) or a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from memproto import ProtocolError
+from memproto.frames import Failure, ProcessInfo
+from memproto.schema import to_wire
+
+from . import __version__
+from .client import Client, ConnectionLost, DaemonNotRunning, RequestFailed
+from .paths import socket_path
+from .units import human_bytes
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_NO_DAEMON = 2
+
+
+def _pid(value: str) -> int:
+    try:
+        pid = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a PID: {value!r}") from None
+    if pid <= 0:
+        raise argparse.ArgumentTypeError(f"not a PID: {value!r}")
+    return pid
+
+
+def _positive(value: str) -> float:
+    x = float(value)
+    if x <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return x
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memagent", description="Watch the memory of processes on this box.")
+    parser.add_argument("--version", action="version", version=f"memagent {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--socket", metavar="PATH", help="daemon socket (default: $MEMAGENT_SOCKET, then per user)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    d = sub.add_parser("daemon", parents=[common], help="run the agent in the foreground")
+    d.add_argument("--interval", type=_positive, default=0.5, metavar="SECONDS", help="sample interval (0.5)")
+    d.add_argument("--auto", action="append", default=[], metavar="PATTERN",
+                   help="attach every process whose executable name matches (repeatable), e.g. 'python*'")
+    d.add_argument("--auto-label", metavar="NAME", help="label for auto-attached processes")
+    d.add_argument("--admin-group", metavar="GROUP", help="members see every process, as root does")
+    d.add_argument("--socket-group", metavar="GROUP", help="group of the socket file: its members may connect")
+    d.add_argument("--history", type=_positive, default=600.0, metavar="SECONDS", help="history kept (600)")
+    d.add_argument("-v", "--verbose", action="store_true")
+
+    a = sub.add_parser("attach", parents=[common], help="start watching processes")
+    a.add_argument("pids", nargs="+", type=_pid, metavar="PID")
+    a.add_argument("--label", metavar="NAME")
+    a.add_argument("--children", action="store_true", help="also descendants, now and later")
+    a.add_argument("--json", action="store_true")
+
+    dt = sub.add_parser("detach", parents=[common], help="stop watching processes")
+    dt.add_argument("pids", nargs="*", type=_pid, metavar="PID")
+    dt.add_argument("--exited", action="store_true", help="also every exited process")
+    dt.add_argument("--json", action="store_true")
+
+    r = sub.add_parser("reset-peaks", parents=[common], help="start a new peak window")
+    r.add_argument("pids", nargs="+", type=_pid, metavar="PID")
+    r.add_argument("--json", action="store_true")
+
+    ls = sub.add_parser("ls", parents=[common], help="list watched processes")
+    ls.add_argument("--json", action="store_true")
+
+    st = sub.add_parser("status", parents=[common], help="the daemon and the host")
+    st.add_argument("--json", action="store_true")
+
+    demo = sub.add_parser("demo", parents=[common], help="run a demo fleet under an agent, print ls each second")
+    demo.add_argument("--seconds", type=_positive, default=None, help="stop after this long")
+    return parser
+
+
+# --------------------------------------------------------------------------- output
+
+
+def process_json(p: ProcessInfo) -> dict[str, Any]:
+    return to_wire(p)  # type: ignore[no-any-return]
+
+
+def _print_json(value: object) -> None:
+    json.dump(value, sys.stdout, indent=None)
+    sys.stdout.write("\n")
+
+
+def _report_failures(failed: list[Failure]) -> int:
+    for f in failed:
+        print(f.message if f.code in ("no_such_process", "permission_denied") else f"{f.code}: {f.message}",
+              file=sys.stderr)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def format_table(processes: list[ProcessInfo]) -> str:
+    header = f"{'PID':>7}  {'NAME':<20} {'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}  {'STATE':<6} COMMAND"
+    lines = [header]
+    for p in sorted(processes, key=lambda p: p.rss_peak_bytes, reverse=True):
+        name = p.label or p.name
+        state = "alive" if p.alive else "exited"
+        peak = human_bytes(p.rss_peak_bytes) + ("" if p.rss_peak_exact else "~")
+        cmd = " ".join(p.cmdline)[:60]
+        lines.append(
+            f"{p.pid:>7}  {name[:20]:<20} {human_bytes(p.rss_bytes):>10} {peak:>10} "
+            f"{human_bytes(p.anon_bytes):>10} {human_bytes(p.swap_bytes):>9}  {state:<6} {cmd}"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _connect(args: argparse.Namespace) -> Client:
+    return Client(socket_path(args.socket))
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    with _connect(args) as c:
+        reply = c.attach(args.pids, args.label, args.children)
+    if args.json:
+        _print_json([process_json(p) for p in reply.attached])
+    else:
+        for p in reply.attached:
+            print(f"attached {p.pid} ({p.label or p.name})")
+    return _report_failures(reply.failed)
+
+
+def cmd_detach(args: argparse.Namespace) -> int:
+    if not args.pids and not args.exited:
+        print("memagent detach: give PIDs or --exited", file=sys.stderr)
+        return EXIT_NO_DAEMON
+    with _connect(args) as c:
+        reply = c.detach(args.pids, args.exited)
+    if args.json:
+        _print_json([{"pid": r.pid, "start_time": r.start_time} for r in reply.detached])
+    else:
+        for r in reply.detached:
+            print(f"detached {r.pid}")
+    return _report_failures(reply.failed)
+
+
+def cmd_reset_peaks(args: argparse.Namespace) -> int:
+    with _connect(args) as c:
+        reply = c.reset_peaks(args.pids)
+    if args.json:
+        _print_json([process_json(p) for p in reply.reset])
+    else:
+        for p in reply.reset:
+            print(f"peak of {p.pid} reset to {human_bytes(p.rss_peak_bytes)}")
+    return _report_failures(reply.failed)
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    with _connect(args) as c:
+        processes = c.list()
+    if args.json:
+        _print_json([process_json(p) for p in processes])
+    else:
+        print(format_table(processes))
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _connect(args) as c:
+        status = c.status()
+    if args.json:
+        _print_json(to_wire(status))
+        return EXIT_OK
+    t = status.tick
+    print(f"{status.software}, pid {status.pid}, uid {status.uid}, socket {status.socket}")
+    print(f"watching {status.watched} processes ({status.alive} alive), {status.clients} clients")
+    print(f"interval {status.interval:g} s: {t.ticks} ticks, mean {t.mean_interval * 1000:.1f} ms, "
+          f"max lateness {t.max_lateness * 1000:.1f} ms, {t.overruns} overruns, "
+          f"last tick took {t.last_duration * 1000:.2f} ms")
+    h = status.host
+    print(f"host memory: {human_bytes(h.total_bytes - h.available_bytes)} used of {human_bytes(h.total_bytes)}, "
+          f"swap {human_bytes(h.swap_total_bytes - h.swap_free_bytes)} of {human_bytes(h.swap_total_bytes)}")
+    return EXIT_OK
+
+
+def cmd_daemon(args: argparse.Namespace) -> int:
+    from .agent import AgentConfig
+    from .daemon import run_daemon, setup_logging
+
+    setup_logging(args.verbose)
+    config = AgentConfig(
+        socket=socket_path(args.socket),
+        interval=args.interval,
+        auto=args.auto,
+        auto_label=args.auto_label,
+        admin_group=args.admin_group,
+        socket_group=args.socket_group,
+        history_seconds=args.history,
+    )
+    return run_daemon(config)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo_printing
+
+    return run_demo_printing(args.socket, args.seconds)
+
+
+COMMANDS = {
+    "daemon": cmd_daemon,
+    "attach": cmd_attach,
+    "detach": cmd_detach,
+    "reset-peaks": cmd_reset_peaks,
+    "ls": cmd_ls,
+    "status": cmd_status,
+    "demo": cmd_demo,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except DaemonNotRunning as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_NO_DAEMON
+    except (RequestFailed, ProtocolError, ConnectionLost, TimeoutError) as exc:
+        print(f"memagent: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except PermissionError as exc:
+        print(f"memagent: cannot connect to {socket_path(args.socket)}: {exc.strerror}", file=sys.stderr)
+        return EXIT_NO_DAEMON
+    except BrokenPipeError:
+        # stdout closed early (| head): not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()
+

@@ -1,0 +1,170 @@
+"""A small blocking client of the daemon, for the command line, scripts and tests.
+
+It handshakes, sends requests with increasing ids and waits for the reply with the same
+id; events that arrive meanwhile are kept for :meth:`Client.events`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from collections import deque
+from collections.abc import Iterator
+from typing import TypeVar
+
+from memproto import (
+    PROTOCOL_MAJOR,
+    PROTOCOL_VERSION,
+    FrameBuffer,
+    ProtocolError,
+    UnknownFrameType,
+    decode,
+    encode,
+    frame_bytes,
+)
+from memproto.frames import (
+    Ack,
+    Attach,
+    AttachOk,
+    DaemonStatus,
+    Detach,
+    DetachOk,
+    Error,
+    Frame,
+    Hello,
+    History,
+    HistoryOk,
+    ListOk,
+    ListProcesses,
+    ProcessInfo,
+    ResetPeaks,
+    ResetPeaksOk,
+    Status,
+    StatusOk,
+    Subscribe,
+)
+
+from . import SOFTWARE
+
+R = TypeVar("R", bound=Frame)
+
+
+class DaemonNotRunning(Exception):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"no memagent daemon at {path} (start one with: memagent daemon)")
+
+
+class RequestFailed(Exception):
+    """The daemon answered a request with an error frame."""
+
+    def __init__(self, error: Error) -> None:
+        self.code = error.code
+        super().__init__(error.message)
+
+
+class ConnectionLost(Exception):
+    pass
+
+
+class Client:
+    def __init__(self, path: str, timeout: float | None = 10.0) -> None:
+        self.path = path
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+            self._sock.close()
+            raise DaemonNotRunning(path) from None
+        except OSError:
+            self._sock.close()
+            raise
+        self._buffer = FrameBuffer()
+        self._pending: deque[Frame] = deque()
+        self._ids = itertools.count(1)
+        self.events: deque[Frame] = deque()
+        self.server_hello = self._handshake()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def send(self, frame: Frame) -> None:
+        self._sock.sendall(frame_bytes(encode(frame)))
+
+    def recv(self) -> Frame:
+        """The next frame from the daemon (blocking; honours the socket timeout)."""
+        while not self._pending:
+            data = self._sock.recv(65536)
+            if not data:
+                raise ConnectionLost(f"the daemon at {self.path} closed the connection")
+            for payload in self._buffer.feed(data):
+                try:
+                    self._pending.append(decode(payload))
+                except UnknownFrameType:
+                    continue  # pushed by a newer daemon; ignorable by design
+        return self._pending.popleft()
+
+    def _handshake(self) -> Hello:
+        self.send(Hello(list(PROTOCOL_VERSION), "client", SOFTWARE))
+        frame = self.recv()
+        if isinstance(frame, Error):
+            raise RequestFailed(frame)
+        if not isinstance(frame, Hello):
+            raise ProtocolError(f"expected hello, got {frame.TYPE}")
+        if frame.version[0] != PROTOCOL_MAJOR:
+            raise ProtocolError(f"daemon speaks protocol v{frame.version[0]}, this client v{PROTOCOL_MAJOR}")
+        return frame
+
+    def request(self, frame: Frame, expect: type[R]) -> R:
+        self.send(frame)
+        want = getattr(frame, "id", None)
+        while True:
+            reply = self.recv()
+            if isinstance(reply, Error) and (reply.id == want or reply.id is None):
+                raise RequestFailed(reply)
+            if getattr(reply, "id", object()) == want and not isinstance(reply, Hello):
+                if not isinstance(reply, expect):
+                    raise ProtocolError(f"expected {expect.TYPE}, got {reply.TYPE}")
+                return reply
+            self.events.append(reply)
+
+    def _id(self) -> int:
+        return next(self._ids)
+
+    # ------------------------------------------------------------------ requests
+
+    def attach(self, pids: list[int], label: str | None = None, children: bool = False) -> AttachOk:
+        return self.request(Attach(self._id(), pids, label, children), AttachOk)
+
+    def detach(self, pids: list[int], exited: bool = False) -> DetachOk:
+        return self.request(Detach(self._id(), pids, exited), DetachOk)
+
+    def reset_peaks(self, pids: list[int]) -> ResetPeaksOk:
+        return self.request(ResetPeaks(self._id(), pids), ResetPeaksOk)
+
+    def list(self) -> list[ProcessInfo]:
+        return self.request(ListProcesses(self._id()), ListOk).processes
+
+    def status(self) -> DaemonStatus:
+        return self.request(Status(self._id()), StatusOk).status
+
+    def history(self, pids: list[int] | None = None, seconds: float | None = None) -> HistoryOk:
+        return self.request(History(self._id(), pids or [], seconds), HistoryOk)
+
+    def subscribe(self) -> None:
+        self.request(Subscribe(self._id()), Ack)
+
+    def stream(self) -> Iterator[Frame]:
+        """Events and samples, first those that arrived during earlier requests."""
+        while True:
+            if self.events:
+                yield self.events.popleft()
+            else:
+                yield self.recv()

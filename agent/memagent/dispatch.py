@@ -1,0 +1,138 @@
+"""Requests in, replies out: what each request frame does to the agent's state.
+
+Kept apart from the socket code so that the rules (who may touch which process, what a
+reply holds) read in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from memproto.frames import (
+    Ack,
+    Attach,
+    AttachOk,
+    Detach,
+    DetachOk,
+    Error,
+    Failure,
+    Frame,
+    History,
+    HistoryOk,
+    ListOk,
+    ListProcesses,
+    ProcessInfo,
+    ProcessRef,
+    ResetPeaks,
+    ResetPeaksOk,
+    Series,
+    Status,
+    StatusOk,
+    Subscribe,
+    Unsubscribe,
+)
+
+from .errors import MemagentError
+from .watch import Watched
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .connection import ClientSession
+
+
+def _failure(pid: int, exc: MemagentError) -> Failure:
+    return Failure(pid, getattr(exc, "code", "error"), str(exc))
+
+
+def _invalid(pid: int) -> Failure:
+    return Failure(pid, "invalid", f"invalid pid: {pid}")
+
+
+class Dispatcher:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self._handlers: dict[type[Frame], Callable[[ClientSession, Frame], Frame]] = {
+            Attach: self.attach,  # type: ignore[dict-item]
+            Detach: self.detach,  # type: ignore[dict-item]
+            ResetPeaks: self.reset_peaks,  # type: ignore[dict-item]
+            ListProcesses: self.list,  # type: ignore[dict-item]
+            Subscribe: self.subscribe,  # type: ignore[dict-item]
+            Unsubscribe: self.unsubscribe,  # type: ignore[dict-item]
+            History: self.history,  # type: ignore[dict-item]
+            Status: self.status,  # type: ignore[dict-item]
+        }
+
+    def handle(self, session: ClientSession, request: Frame) -> Frame:
+        handler = self._handlers.get(type(request))
+        if handler is None:
+            return Error(getattr(request, "id", None), "unknown_request", f"{request.TYPE!r} is not a request")
+        return handler(session, request)
+
+    def attach(self, session: ClientSession, req: Attach) -> AttachOk:
+        attached: list[ProcessInfo] = []
+        failed: list[Failure] = []
+        registry = self.agent.registry
+        for pid in req.pids:
+            if pid <= 0:
+                failed.append(_invalid(pid))
+                continue
+            try:
+                watched = registry.attach(
+                    pid, label=req.label, children=req.children, may_watch=session.access.may_watch
+                )
+            except MemagentError as exc:
+                failed.append(_failure(pid, exc))
+                continue
+            attached.extend(w.info() for w in watched)
+        return AttachOk(req.id, attached, failed)
+
+    def detach(self, session: ClientSession, req: Detach) -> DetachOk:
+        detached: list[ProcessRef] = []
+        failed: list[Failure] = []
+        registry = self.agent.registry
+        for pid in req.pids:
+            try:
+                detached.extend(w.ref() for w in registry.detach(pid, session.access.may_watch))
+            except MemagentError as exc:
+                failed.append(_failure(pid, exc))
+        if req.exited:
+            detached.extend(w.ref() for w in registry.detach_exited(session.access.may_watch))
+        return DetachOk(req.id, detached, failed)
+
+    def reset_peaks(self, session: ClientSession, req: ResetPeaks) -> ResetPeaksOk:
+        reset: list[ProcessInfo] = []
+        failed: list[Failure] = []
+        for pid in req.pids:
+            try:
+                reset.append(self.agent.registry.reset_peaks(pid, session.access.may_watch).info())
+            except MemagentError as exc:
+                failed.append(_failure(pid, exc))
+        return ResetPeaksOk(req.id, reset, failed)
+
+    def _visible(self, session: ClientSession) -> list[Watched]:
+        return self.agent.registry.visible(session.access.may_watch)
+
+    def list(self, session: ClientSession, req: ListProcesses) -> ListOk:
+        return ListOk(req.id, [w.info() for w in self._visible(session)])
+
+    def subscribe(self, session: ClientSession, req: Subscribe) -> Ack:
+        session.subscribed = True
+        return Ack(req.id)
+
+    def unsubscribe(self, session: ClientSession, req: Unsubscribe) -> Ack:
+        session.subscribed = False
+        return Ack(req.id)
+
+    def history(self, session: ClientSession, req: History) -> HistoryOk:
+        wanted = set(req.pids)
+        series = []
+        for w in self._visible(session):
+            if wanted and w.pid not in wanted:
+                continue
+            end, values = w.history.series(req.seconds)
+            series.append(Series(w.pid, w.start_time, end, values))
+        return HistoryOk(req.id, self.agent.registry.history_step, series)
+
+    def status(self, session: ClientSession, req: Status) -> StatusOk:
+        return StatusOk(req.id, self.agent.status(session.access))

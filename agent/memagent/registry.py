@@ -1,0 +1,232 @@
+"""The set of watched processes: attach, detach, reset peaks, and their bounds.
+
+Authorisation is not decided here: callers pass ``may_watch(uid)`` so that the same
+registry serves the root daemon, an unprivileged daemon and the embedded agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from .errors import AccessDenied, MemagentError, NoSuchProcess
+from .history import PeakHistory
+from .procfs import ProcFS, parse_cmdline, parse_stat, parse_statm, parse_status_memory, parse_status_uid
+from .watch import Watched
+
+log = logging.getLogger(__name__)
+
+MayWatch = Callable[[int], bool]
+
+
+def _anyone(uid: int) -> bool:
+    return True
+
+
+class Events(Protocol):
+    """What the registry tells the outside world (the server turns these into frames)."""
+
+    def attached(self, w: Watched) -> None: ...
+    def exited(self, w: Watched) -> None: ...
+    def detached(self, w: Watched) -> None: ...
+
+
+class NoEvents:
+    def attached(self, w: Watched) -> None:
+        pass
+
+    def exited(self, w: Watched) -> None:
+        pass
+
+    def detached(self, w: Watched) -> None:
+        pass
+
+
+class Registry:
+    def __init__(
+        self,
+        procfs: ProcFS | None = None,
+        *,
+        history_step: float = 1.0,
+        history_seconds: float = 600.0,
+        max_exited: int = 256,
+        events: Events | None = None,
+    ) -> None:
+        self.procfs = procfs or ProcFS()
+        self.history_step = history_step
+        self.history_slots = max(1, int(history_seconds / history_step))
+        self.max_exited = max_exited
+        self.events: Events = events or NoEvents()
+        #: Insertion-ordered: attach order, which keeps sample rows stable.
+        self.entries: dict[tuple[int, int], Watched] = {}
+        #: The live subset, rebuilt on change; the sampler iterates it every tick.
+        self.alive: list[Watched] = []
+
+    # ----------------------------------------------------------------- queries
+
+    def find(self, pid: int) -> list[Watched]:
+        return [w for w in self.entries.values() if w.pid == pid]
+
+    def find_alive(self, pid: int) -> Watched | None:
+        for w in self.alive:
+            if w.pid == pid:
+                return w
+        return None
+
+    def visible(self, may_watch: MayWatch = _anyone) -> list[Watched]:
+        return [w for w in self.entries.values() if may_watch(w.uid)]
+
+    def _rebuild_alive(self) -> None:
+        self.alive = [w for w in self.entries.values() if w.alive]
+
+    # ----------------------------------------------------------------- changes
+
+    def attach(
+        self,
+        pid: int,
+        *,
+        label: str | None = None,
+        children: bool = False,
+        may_watch: MayWatch = _anyone,
+        now: float | None = None,
+    ) -> list[Watched]:
+        """Watch ``pid`` (and with ``children`` its descendants, first ``pid``).
+
+        Idempotent: attaching a watched process updates its label. Raises NoSuchProcess,
+        AccessDenied or NotUserProcess for ``pid``; nothing is kept then. A descendant
+        that cannot be attached is skipped.
+        """
+        now = time.time() if now is None else now
+        w = self._attach_one(pid, label, children, may_watch, now)
+        out = [w]
+        if children:
+            for child in self.descendants(pid):
+                try:
+                    out.append(self._attach_one(child, label, True, may_watch, now))
+                except MemagentError as exc:  # a child that just exited, or not ours
+                    log.debug("child %d of %d not attached: %s", child, pid, exc)
+        return out
+
+    def _attach_one(self, pid: int, label: str | None, children: bool, may_watch: MayWatch, now: float) -> Watched:
+        existing = self.find_alive(pid)
+        if existing is not None:
+            if not may_watch(existing.uid):
+                raise AccessDenied(pid)
+            if label is not None:
+                existing.label = label
+            existing.follow_children = existing.follow_children or children
+            return existing
+        handle = self.procfs.open(pid)
+        try:
+            status = handle.status_bytes()
+            uid = parse_status_uid(status)
+            if not may_watch(uid):
+                raise AccessDenied(pid)
+            stat = parse_stat(handle.read("stat"))
+            cmdline = parse_cmdline(handle.read("cmdline"))
+            statm = parse_statm(handle.statm_bytes())
+        except BaseException:
+            handle.close()
+            raise
+        w = Watched(
+            handle,
+            start_time=self.procfs.unix_start_time(handle.starttime),
+            name=stat.comm,
+            cmdline=cmdline,
+            uid=uid,
+            label=label,
+            attached_at=now,
+            history=PeakHistory(self.history_step, self.history_slots),
+        )
+        mem = parse_status_memory(status)
+        w.set_memory(statm.resident, statm.shared, mem.hwm_bytes, mem.swap_bytes)
+        w.history.add(now, w.rss)
+        w.follow_children = children
+        self.entries[w.key] = w
+        self._rebuild_alive()
+        self.events.attached(w)
+        return w
+
+    def descendants(self, pid: int) -> list[int]:
+        """PIDs whose parent chain reaches ``pid`` (read from /proc now)."""
+        parent_of: dict[int, int] = {}
+        for p in self.procfs.pids():
+            try:
+                parent_of[p] = self.procfs.stat(p).ppid
+            except MemagentError:
+                continue
+        found: list[int] = []
+        frontier = {pid}
+        while frontier:
+            nxt = {p for p, pp in parent_of.items() if pp in frontier}
+            found.extend(sorted(nxt))
+            frontier = nxt
+        return found
+
+    def detach(self, pid: int, may_watch: MayWatch = _anyone) -> list[Watched]:
+        """Stop watching every entry with this PID (a live one and exited ones)."""
+        matches = self.find(pid)
+        if not matches:
+            raise NoSuchProcess(pid, "not watched")
+        if not all(may_watch(w.uid) for w in matches):
+            raise AccessDenied(pid)
+        for w in matches:
+            self._remove(w)
+        return matches
+
+    def detach_exited(self, may_watch: MayWatch = _anyone) -> list[Watched]:
+        gone = [w for w in self.entries.values() if not w.alive and may_watch(w.uid)]
+        for w in gone:
+            self._remove(w)
+        return gone
+
+    def _remove(self, w: Watched) -> None:
+        del self.entries[w.key]
+        if w.alive:
+            w.handle.close()
+        self._rebuild_alive()
+        self.events.detached(w)
+
+    def reset_peaks(self, pid: int, may_watch: MayWatch = _anyone, now: float | None = None) -> Watched:
+        w = self.find_alive(pid)
+        if w is None:
+            if self.find(pid):
+                raise NoSuchProcess(pid, "exited")
+            raise NoSuchProcess(pid, "not watched")
+        if not may_watch(w.uid):
+            raise AccessDenied(pid)
+        now = time.time() if now is None else now
+        try:
+            w.handle.write("clear_refs", b"5")
+            exact = True
+        except AccessDenied:
+            log.warning("pid %d: kernel peak not resettable (clear_refs denied); peak is sampled from now on", pid)
+            exact = False
+        w.restart_window(now, exact)
+        return w
+
+    def mark_exited(self, w: Watched, now: float) -> None:
+        w.mark_exited(now)
+        self._rebuild_alive()
+        self.events.exited(w)
+        self._bound_exited()
+
+    def _bound_exited(self) -> None:
+        exited = [w for w in self.entries.values() if not w.alive]
+        excess = len(exited) - self.max_exited
+        if excess > 0:
+            exited.sort(key=lambda w: w.exited_at or 0.0)
+            for w in exited[:excess]:
+                self._remove(w)
+
+    def close(self) -> None:
+        for w in self.entries.values():
+            if w.alive:
+                w.handle.close()
+        self.entries.clear()
+        self.alive = []
+
+    def pids(self) -> Iterable[int]:
+        return (w.pid for w in self.alive)

@@ -1,0 +1,244 @@
+"""The Unix-socket server: accepts clients, handshakes, routes requests, fans out frames.
+
+Socket file: created with mode 0660 (umask set around ``bind`` so it is never wider),
+optionally chowned to a group whose members may connect. A stale file left by a dead
+daemon is replaced; a live daemon on the path makes :meth:`Server.start` fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import stat
+from collections.abc import Callable
+from typing import Any
+
+from memproto import (
+    PROTOCOL_MAJOR,
+    PROTOCOL_VERSION,
+    IncompatibleVersion,
+    ProtocolError,
+    UnknownFrameType,
+    decode_body,
+    encode,
+    encode_sample,
+    frame_bytes,
+    unpack,
+)
+from memproto.frames import Attached, Detached, Error, Exited, Frame, Hello
+from memproto.limits import MAX_CLIENT_FRAME_BYTES
+
+from . import SOFTWARE
+from .auth import AccessPolicy, peer_credentials
+from .connection import ClientSession
+from .watch import Watched
+
+log = logging.getLogger(__name__)
+
+HELLO_TIMEOUT = 10.0
+
+
+class DaemonAlreadyRunning(Exception):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"a memagent daemon is already listening on {path}")
+
+
+class SocketPathError(Exception):
+    pass
+
+
+def _daemon_listening(path: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+        return True
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        # e.g. EACCES: someone's socket we cannot even probe; do not replace it.
+        return True
+    finally:
+        probe.close()
+
+
+def prepare_path(path: str) -> None:
+    """Make the directory, refuse a live daemon, remove a stale socket file."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise SocketPathError(f"{path} exists and is not a socket; not replacing it")
+    if _daemon_listening(path):
+        raise DaemonAlreadyRunning(path)
+    log.info("replacing stale socket %s", path)
+    os.unlink(path)
+
+
+class Server:
+    """Owns the listening socket and the sessions; is the registry's event sink."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        policy: AccessPolicy,
+        handle_request: Callable[[ClientSession, Frame], Frame],
+        interval: float,
+        socket_gid: int | None = None,
+        max_clients: int = 64,
+    ) -> None:
+        self.path = path
+        self.policy = policy
+        self.handle_request = handle_request
+        self.interval = interval
+        self.socket_gid = socket_gid
+        self.max_clients = max_clients
+        self.sessions: set[ClientSession] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._inode: int | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        prepare_path(self.path)
+        old = os.umask(0o117)
+        try:
+            self._server = await asyncio.start_unix_server(self._on_connect, self.path)
+        finally:
+            os.umask(old)
+        if self.socket_gid is not None:
+            os.chown(self.path, -1, self.socket_gid)
+        os.chmod(self.path, 0o660)
+        self._inode = os.stat(self.path).st_ino
+        log.info("listening on %s", self.path)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for session in list(self.sessions):
+            session.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Remove the socket file only if it is still ours.
+        with contextlib.suppress(OSError):
+            if os.stat(self.path).st_ino == self._inode:
+                os.unlink(self.path)
+
+    # ------------------------------------------------------------------ sessions
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            sock = writer.get_extra_info("socket")
+            access = self.policy.access(peer_credentials(sock))
+            session = ClientSession(reader, writer, access)
+            if len(self.sessions) >= self.max_clients:
+                log.warning("%s refused: %d clients already", session.name, self.max_clients)
+                session.close_with(Error(None, "busy", f"too many clients ({self.max_clients})"))
+                await session.write_loop()
+                return
+            self.sessions.add(session)
+            log.debug("%s connected", session.name)
+            session.send(Hello(list(PROTOCOL_VERSION), "server", SOFTWARE, self.interval, os.getpid()))
+            writer_task = asyncio.ensure_future(session.write_loop())
+            hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT, self._hello_timeout, session)
+            try:
+                await session.read_loop(MAX_CLIENT_FRAME_BYTES, lambda p: self._on_payload(session, p))
+            finally:
+                hello_timer.cancel()
+                await writer_task
+                self.sessions.discard(session)
+                log.debug("%s disconnected", session.name)
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+
+    def _hello_timeout(self, session: ClientSession) -> None:
+        if not session.greeted:
+            session.close_with(Error(None, "protocol", f"no hello within {HELLO_TIMEOUT:g} s"))
+
+    def _on_payload(self, session: ClientSession, payload: bytes) -> None:
+        try:
+            body = unpack(payload)
+        except ProtocolError as exc:
+            log.info("%s: %s", session.name, exc)
+            session.close_with(Error(None, exc.code, str(exc)))
+            return
+        request_id = body.get("id") if type(body) is dict else None
+        request_id = request_id if type(request_id) is int else None
+        try:
+            frame = decode_body(body)
+        except IncompatibleVersion as exc:
+            session.close_with(Error(None, exc.code, f"client speaks protocol v{exc.theirs}, "
+                                     f"this daemon speaks v{exc.ours}"))
+            return
+        except UnknownFrameType as exc:
+            if not session.greeted:
+                session.close_with(Error(None, "protocol", f"expected hello first, got {exc.type_tag!r}"))
+            else:
+                session.send(Error(request_id, "unknown_request", str(exc)))
+            return
+        except ProtocolError as exc:
+            if not session.greeted:
+                session.close_with(Error(None, exc.code, str(exc)))
+            else:
+                session.send(Error(request_id, "invalid", str(exc)))
+            return
+        if not session.greeted:
+            self._greet(session, frame)
+            return
+        if isinstance(frame, Hello):
+            session.send(Error(None, "protocol", "hello sent twice"))
+            return
+        session.send(self.handle_request(session, frame))
+
+    def _greet(self, session: ClientSession, frame: Frame) -> None:
+        if not isinstance(frame, Hello) or frame.role != "client":
+            session.close_with(Error(None, "protocol", f"expected a client hello first, got {frame.TYPE!r}"))
+        elif frame.version[0] != PROTOCOL_MAJOR:
+            session.close_with(Error(None, "version", f"client speaks protocol v{frame.version[0]}, "
+                                     f"this daemon speaks v{PROTOCOL_MAJOR}"))
+        else:
+            session.greeted = True
+
+    # ------------------------------------------------------------------ fan-out
+
+    def _subscribers(self) -> list[ClientSession]:
+        return [s for s in self.sessions if s.subscribed]
+
+    def broadcast_sample(self, seq: int, now: float, rows: list[list[object]], uids: list[int]) -> None:
+        """Encode the tick's frame once per distinct view (all, or one UID's) and queue it."""
+        encoded: dict[int | None, bytes] = {}
+        for session in self._subscribers():
+            view = None if session.access.sees_all else session.access.peer.uid
+            framed = encoded.get(view)
+            if framed is None:
+                mine = rows if view is None else [r for r, u in zip(rows, uids, strict=True) if u == view]
+                framed = encoded[view] = frame_bytes(encode_sample(seq, now, self.interval, mine))
+            session.send_sample(framed)
+
+    def _publish(self, frame: Frame, uid: int) -> None:
+        framed: bytes | None = None
+        for session in self._subscribers():
+            if session.access.may_watch(uid):
+                framed = framed or frame_bytes(encode(frame))
+                session.send_event(framed)
+
+    def attached(self, w: Watched) -> None:
+        self._publish(Attached(w.info()), w.uid)
+
+    def exited(self, w: Watched) -> None:
+        self._publish(Exited(w.pid, w.start_time, w.exited_at or 0.0, w.peak), w.uid)
+
+    def detached(self, w: Watched) -> None:
+        self._publish(Detached(w.pid, w.start_time), w.uid)

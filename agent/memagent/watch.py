@@ -1,0 +1,124 @@
+"""The state kept for one watched process, and how its peak is defined.
+
+Peak RSS is ``max(VmHWM, every RSS sampled)`` over the peak window. ``VmHWM`` is the
+kernel's own high-water mark: it catches a spike that rose and fell between two ticks.
+It lives only in ``/proc/PID/status`` (~8 µs to read), so the sampler reads status when
+``statm`` changed since the last tick, and otherwise at least every ``status_every``
+ticks; the reported peak is never lower than a value sampled.
+
+``reset-peaks`` writes ``5`` to ``/proc/PID/clear_refs`` (the kernel resets VmHWM to the
+current RSS). Where that write is refused, the window restarts on the agent's side and
+the peak becomes the maximum of samples: ``rss_peak_exact`` says which.
+"""
+
+from __future__ import annotations
+
+from memproto.frames import ProcessInfo, ProcessRef
+
+from .history import PeakHistory
+from .procfs import PAGE_SIZE, ProcessHandle
+
+
+class Watched:
+    """A watched process; mutable, owned by the sampler's event loop."""
+
+    __slots__ = (
+        "handle", "pid", "starttime", "start_time", "name", "cmdline", "label", "uid",
+        "alive", "attached_at", "exited_at", "rss", "anon", "swap", "hwm", "sampled_max",
+        "peak_exact", "peak_since", "last_statm", "status_due", "follow_children",
+        "history", "row", "statm_fd", "status_fd",
+    )
+
+    def __init__(
+        self,
+        handle: ProcessHandle,
+        *,
+        start_time: float,
+        name: str,
+        cmdline: list[str],
+        uid: int,
+        label: str | None,
+        attached_at: float,
+        history: PeakHistory,
+    ) -> None:
+        self.handle = handle
+        self.pid = handle.pid
+        self.starttime = handle.starttime
+        self.start_time = start_time
+        self.name = name
+        self.cmdline = cmdline
+        self.label = label
+        self.uid = uid
+        self.alive = True
+        self.attached_at = attached_at
+        self.exited_at: float | None = None
+        self.rss = self.anon = self.swap = 0
+        self.hwm = 0
+        self.sampled_max = 0
+        self.peak_exact = True
+        self.peak_since = start_time
+        self.last_statm = b""
+        self.status_due = 0
+        self.follow_children = False
+        self.history = history
+        self.row: list[object] = []
+        # Raw descriptors for the sampler's hot loop (no wrapper call per read).
+        self.statm_fd = handle._statm
+        self.status_fd = handle._status
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """Identity: PID and start time in clock ticks after boot."""
+        return (self.pid, self.starttime)
+
+    @property
+    def peak(self) -> int:
+        return max(self.hwm, self.sampled_max) if self.peak_exact else self.sampled_max
+
+    def set_memory(self, resident_pages: int, shared_pages: int, hwm: int | None, swap: int | None) -> None:
+        self.rss = resident_pages * PAGE_SIZE
+        self.anon = max(0, resident_pages - shared_pages) * PAGE_SIZE
+        if hwm is not None:
+            self.hwm = hwm
+        if swap is not None:
+            self.swap = swap
+        if self.rss > self.sampled_max:
+            self.sampled_max = self.rss
+        self.row = [self.pid, self.start_time, True, self.rss, self.peak, self.anon, self.swap]
+
+    def mark_exited(self, now: float) -> None:
+        self.alive = False
+        self.exited_at = now
+        self.row = [self.pid, self.start_time, False, self.rss, self.peak, self.anon, self.swap]
+        self.handle.close()
+        self.statm_fd = self.status_fd = -1
+
+    def restart_window(self, now: float, exact: bool) -> None:
+        self.peak_since = now
+        self.peak_exact = exact
+        self.sampled_max = self.rss
+        self.hwm = self.rss if exact else 0
+        self.last_statm = b""  # re-read status on the next tick
+        self.status_due = 0
+
+    def info(self) -> ProcessInfo:
+        return ProcessInfo(
+            pid=self.pid,
+            start_time=self.start_time,
+            name=self.name,
+            cmdline=list(self.cmdline),
+            label=self.label,
+            uid=self.uid,
+            alive=self.alive,
+            attached_at=self.attached_at,
+            exited_at=self.exited_at,
+            rss_bytes=self.rss,
+            rss_peak_bytes=self.peak,
+            anon_bytes=self.anon,
+            swap_bytes=self.swap,
+            rss_peak_exact=self.peak_exact,
+            peak_since=self.peak_since,
+        )
+
+    def ref(self) -> ProcessRef:
+        return ProcessRef(self.pid, self.start_time)

@@ -1,0 +1,42 @@
+"""Errors raised while decoding or framing. All derive from :class:`ProtocolError`.
+
+A decoding error names the frame type and the field, so a peer sending a bad frame
+learns what was wrong instead of the daemon failing with a ``KeyError``.
+"""
+
+from __future__ import annotations
+
+
+class ProtocolError(Exception):
+    """A frame that cannot be accepted: malformed, of a wrong shape, or too large."""
+
+    code = "protocol"
+
+    def __init__(self, reason: str, *, frame: str | None = None, field: str | None = None) -> None:
+        self.reason = reason
+        self.frame = frame
+        self.field = field
+        where = ".".join(part for part in (frame, field) if part)
+        super().__init__(f"{where}: {reason}" if where else reason)
+
+
+class FrameTooLarge(ProtocolError):
+    """A length prefix announced more bytes than the receiver accepts."""
+
+    code = "too_large"
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"frame of {size} bytes exceeds the limit of {limit} bytes")
+
+
+class IncompatibleVersion(ProtocolError):
+    """The peer speaks another major protocol version."""
+
+    code = "version"
+
+    def __init__(self, theirs: int, ours: int) -> None:
+        self.theirs = theirs
+        self.ours = ours
+        super().__init__(f"peer speaks protocol v{theirs}, this side speaks v{ours}")

@@ -1,0 +1,416 @@
+"""Every frame of protocol v1, as frozen dataclasses. ``docs/protocol.md`` is their prose twin.
+
+Units: memory in bytes, times in Unix seconds (float), intervals in seconds. A process is
+identified by ``(pid, start_time)``: a PID the kernel reuses belongs to a new process.
+
+Frame classes carry their wire tag in ``TYPE``. Requests (client to server) carry an
+``id`` that the server's reply repeats. Events are pushed by the server to subscribers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .errors import ProtocolError
+from .schema import wire
+
+# --------------------------------------------------------------------------- shared parts
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """Everything known about one watched process, as listed by ``memagent ls``."""
+
+    pid: int
+    start_time: float
+    name: str
+    cmdline: list[str]
+    label: str | None
+    uid: int
+    alive: bool
+    attached_at: float
+    exited_at: float | None
+    rss_bytes: int
+    rss_peak_bytes: int
+    anon_bytes: int
+    swap_bytes: int
+    #: True when ``rss_peak_bytes`` is the kernel's high-water mark (VmHWM); False when
+    #: it is the maximum of the agent's own samples (the kernel's mark could not be reset).
+    rss_peak_exact: bool = True
+    #: Start of the peak window: the process's start time, or the last reset-peaks.
+    peak_since: float = 0.0
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One PID of a request that could not be served, and why."""
+
+    pid: int
+    code: str
+    message: str
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class ProcessRef:
+    pid: int
+    start_time: float
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Series:
+    """Peak-preserving RSS history of one process: each slot is the maximum RSS sampled in
+    ``step`` seconds; the last slot ends at ``end_time``; oldest first."""
+
+    pid: int
+    start_time: float
+    end_time: float
+    rss_bytes: list[int]
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class TickStats:
+    """How well the sampler keeps its schedule."""
+
+    ticks: int
+    mean_interval: float
+    max_lateness: float
+    overruns: int
+    last_duration: float
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class HostMemory:
+    total_bytes: int
+    available_bytes: int
+    swap_total_bytes: int
+    swap_free_bytes: int
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class DaemonStatus:
+    software: str
+    pid: int
+    uid: int
+    started_at: float
+    interval: float
+    socket: str
+    watched: int
+    alive: int
+    clients: int
+    tick: TickStats
+    host: HostMemory
+
+
+# --------------------------------------------------------------------------- frames
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """Base of all frames; ``TYPE`` is the wire tag."""
+
+    TYPE: ClassVar[str] = ""
+
+    def validate(self) -> None:
+        """Cross-field checks beyond field types; raise :class:`ProtocolError`."""
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Hello(Frame):
+    """First frame in each direction. ``version`` is ``[major, minor]``."""
+
+    TYPE: ClassVar[str] = "hello"
+    version: list[int]
+    role: str
+    software: str
+    #: Server only: the sample interval in seconds.
+    interval: float | None = None
+    #: Server only: the daemon's PID.
+    pid: int | None = None
+
+    def validate(self) -> None:
+        if len(self.version) != 2:
+            raise ProtocolError("expected [major, minor]", frame=self.TYPE, field="version")
+        if self.role not in ("client", "server"):
+            raise ProtocolError("expected 'client' or 'server'", frame=self.TYPE, field="role")
+
+
+# Requests ---------------------------------------------------------------------------
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Attach(Frame):
+    TYPE: ClassVar[str] = "attach"
+    id: int
+    pids: list[int]
+    label: str | None = None
+    #: Also watch the current descendants, and follow children forked later.
+    children: bool = False
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Detach(Frame):
+    TYPE: ClassVar[str] = "detach"
+    id: int
+    pids: list[int]
+    #: Also detach every exited process the caller may see.
+    exited: bool = False
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class ResetPeaks(Frame):
+    TYPE: ClassVar[str] = "reset_peaks"
+    id: int
+    pids: list[int]
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class ListProcesses(Frame):
+    TYPE: ClassVar[str] = "list"
+    id: int
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Subscribe(Frame):
+    TYPE: ClassVar[str] = "subscribe"
+    id: int
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Unsubscribe(Frame):
+    TYPE: ClassVar[str] = "unsubscribe"
+    id: int
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class History(Frame):
+    TYPE: ClassVar[str] = "history"
+    id: int
+    #: Empty: every process the caller may see.
+    pids: list[int] = field(default_factory=list)
+    #: How far back; nil: everything kept.
+    seconds: float | None = None
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Status(Frame):
+    TYPE: ClassVar[str] = "status"
+    id: int
+
+
+# Replies ----------------------------------------------------------------------------
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class AttachOk(Frame):
+    TYPE: ClassVar[str] = "attach_ok"
+    id: int
+    attached: list[ProcessInfo]
+    failed: list[Failure]
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class DetachOk(Frame):
+    TYPE: ClassVar[str] = "detach_ok"
+    id: int
+    detached: list[ProcessRef]
+    failed: list[Failure]
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class ResetPeaksOk(Frame):
+    TYPE: ClassVar[str] = "reset_peaks_ok"
+    id: int
+    reset: list[ProcessInfo]
+    failed: list[Failure]
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class ListOk(Frame):
+    TYPE: ClassVar[str] = "list_ok"
+    id: int
+    processes: list[ProcessInfo]
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class HistoryOk(Frame):
+    TYPE: ClassVar[str] = "history_ok"
+    id: int
+    step: float
+    series: list[Series]
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class StatusOk(Frame):
+    TYPE: ClassVar[str] = "status_ok"
+    id: int
+    status: DaemonStatus
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Ack(Frame):
+    """Reply to requests that return nothing but success (subscribe, unsubscribe)."""
+
+    TYPE: ClassVar[str] = "ack"
+    id: int
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Error(Frame):
+    """A request failed as a whole, or the connection is about to be closed (``id`` nil)."""
+
+    TYPE: ClassVar[str] = "error"
+    id: int | None
+    code: str
+    message: str
+
+
+# Events -----------------------------------------------------------------------------
+
+#: Columns every sample frame carries, in this order in v1.0. Decoders look columns up by
+#: name, so a newer agent may append columns.
+SAMPLE_FIELDS: tuple[str, ...] = (
+    "pid",
+    "start_time",
+    "alive",
+    "rss_bytes",
+    "rss_peak_bytes",
+    "anon_bytes",
+    "swap_bytes",
+)
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One row of a sample frame, by name."""
+
+    pid: int
+    start_time: float
+    alive: bool
+    rss_bytes: int
+    rss_peak_bytes: int
+    anon_bytes: int
+    swap_bytes: int
+
+
+_ROW_CHECKS = {
+    "pid": int,
+    "start_time": (int, float),
+    "alive": bool,
+    "rss_bytes": int,
+    "rss_peak_bytes": int,
+    "anon_bytes": int,
+    "swap_bytes": int,
+}
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Sample(Frame):
+    """One tick: a row per watched process (exited ones too, frozen at their last values)."""
+
+    TYPE: ClassVar[str] = "sample"
+    seq: int
+    time: float
+    interval: float
+    fields: list[str]
+    rows: list[list[Any]]
+
+    def validate(self) -> None:
+        missing = [name for name in SAMPLE_FIELDS if name not in self.fields]
+        if missing:
+            raise ProtocolError(f"missing column {missing[0]!r}", frame=self.TYPE, field="fields")
+        width = len(self.fields)
+        where = [(self.fields.index(name), name, kind) for name, kind in _ROW_CHECKS.items()]
+        for r, row in enumerate(self.rows):
+            if len(row) != width:
+                raise ProtocolError(
+                    f"row has {len(row)} values for {width} columns", frame=self.TYPE, field=f"rows[{r}]"
+                )
+            for col, name, kind in where:
+                value = row[col]
+                if not isinstance(value, kind) or (kind is int and type(value) is bool):
+                    raise ProtocolError(
+                        f"column {name!r} has a {type(value).__name__}", frame=self.TYPE, field=f"rows[{r}]"
+                    )
+
+    def records(self) -> list[ProcessSample]:
+        """Rows as :class:`ProcessSample`, ignoring columns this version does not know."""
+        idx = [self.fields.index(name) for name in SAMPLE_FIELDS]
+        return [
+            ProcessSample(row[idx[0]], float(row[idx[1]]), *(row[i] for i in idx[2:]))  # type: ignore[arg-type]
+            for row in self.rows
+        ]
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Attached(Frame):
+    TYPE: ClassVar[str] = "attached"
+    process: ProcessInfo
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Exited(Frame):
+    TYPE: ClassVar[str] = "exited"
+    pid: int
+    start_time: float
+    #: When the agent noticed the exit.
+    time: float
+    rss_peak_bytes: int
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Detached(Frame):
+    TYPE: ClassVar[str] = "detached"
+    pid: int
+    start_time: float
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Dropped(Frame):
+    """Sent before the next sample when this client was too slow: ``count`` is the total
+    number of sample frames dropped for it since it connected."""
+
+    TYPE: ClassVar[str] = "dropped"
+    count: int
+
+
+REQUESTS: tuple[type[Frame], ...] = (
+    Attach, Detach, ResetPeaks, ListProcesses, Subscribe, Unsubscribe, History, Status,
+)
+REPLIES: tuple[type[Frame], ...] = (
+    AttachOk, DetachOk, ResetPeaksOk, ListOk, HistoryOk, StatusOk, Ack, Error,
+)
+EVENTS: tuple[type[Frame], ...] = (Sample, Attached, Exited, Detached, Dropped)
+FRAME_TYPES: dict[str, type[Frame]] = {
+    cls.TYPE: cls for cls in (Hello, *REQUESTS, *REPLIES, *EVENTS)
+}

@@ -1,0 +1,28 @@
+"""Hard limits on what a peer may send. Every decoder applies them.
+
+A frame is at most :data:`MAX_FRAME_BYTES`; a server accepts far smaller frames from
+clients (:data:`MAX_CLIENT_FRAME_BYTES`), since requests are small and a client must
+not be able to make the daemon buffer megabytes. msgpack containers are bounded too,
+so a small frame cannot announce a billion-element array.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Bytes in the length prefix that precedes every frame (big-endian unsigned).
+HEADER_BYTES: Final = 4
+#: Largest frame anyone may send (a history reply for 1000 processes is ~3 MiB).
+MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+#: Largest frame a server accepts from a client.
+MAX_CLIENT_FRAME_BYTES: Final = 1024 * 1024
+#: Longest string (a cmdline argument is truncated by the agent well below this).
+MAX_STR_LEN: Final = 64 * 1024
+#: Longest binary blob.
+MAX_BIN_LEN: Final = 1024 * 1024
+#: Most elements in one array (rows of a sample frame, pids of a request).
+MAX_ARRAY_LEN: Final = 1_000_000
+#: Most keys in one map.
+MAX_MAP_LEN: Final = 256
+#: Deepest nesting accepted.
+MAX_DEPTH: Final = 16

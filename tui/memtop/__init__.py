@@ -1,0 +1,1 @@
+"""memtop: a Textual TUI showing the peak memory offenders among watched processes."""
