@@ -115,6 +115,7 @@ class Agent:
             clients=len(self.server.sessions),
             tick=self.ticker.stats(),
             host=host,
+            dropped_samples=self.server.dropped_samples,
         )
 
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:

@@ -105,6 +105,12 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._inode: int | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._dropped_by_gone = 0
+
+    @property
+    def dropped_samples(self) -> int:
+        """Sample frames dropped for slow clients since start, all clients together."""
+        return self._dropped_by_gone + sum(s.dropped for s in self.sessions)
 
     async def start(self) -> None:
         prepare_path(self.path)
@@ -158,6 +164,7 @@ class Server:
                 hello_timer.cancel()
                 await writer_task
                 self.sessions.discard(session)
+                self._dropped_by_gone += session.dropped
                 log.debug("%s disconnected", session.name)
         finally:
             if task is not None:

@@ -107,6 +107,8 @@ class DaemonStatus:
     clients: int
     tick: TickStats
     host: HostMemory
+    #: Sample frames dropped for slow clients since the daemon started, all clients together.
+    dropped_samples: int = 0
 
 
 # --------------------------------------------------------------------------- frames

@@ -1,0 +1,199 @@
+"""A demo fleet: small Python processes with distinct memory shapes, labelled.
+
+Shapes: ``steady`` (holds 120 MiB), ``sawtooth`` (grows to 150 MiB, drops, again),
+``leak`` (grows ~3 MiB/s), ``spike`` (30 MiB, with a 250 MiB spike lasting 0.1 s every
+5 s: invisible to periodic RSS sampling, caught by the kernel's peak), and ``forked``
+(a parent holding a 200 MiB buffer and 3 forked workers sharing it copy-on-write, each
+with 20 MiB of its own: naive ΣRSS counts the buffer four times).
+
+Workers die with their parent (``PR_SET_PDEATHSIG``), so stopping the demo, or killing
+it, stops the fleet. ``python -m memagent.demo worker SHAPE`` runs one worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+MiB = 1024 * 1024
+SHAPES = ("steady", "sawtooth", "leak", "spike", "forked")
+_PR_SET_PDEATHSIG = 1
+
+
+def touched(n_bytes: int) -> bytearray:
+    """``n_bytes`` really resident: every page written (a fresh bytearray is untouched)."""
+    return bytearray(b"\x01") * n_bytes
+
+
+def die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        sys.exit(0)
+
+
+def _steady() -> None:
+    hold = touched(120 * MiB)  # noqa: F841 - held on purpose
+    while True:
+        time.sleep(3600)
+
+
+def _sawtooth() -> None:
+    chunks: list[bytearray] = []
+    while True:
+        for _ in range(15):
+            chunks.append(touched(10 * MiB))
+            time.sleep(0.3)
+        chunks.clear()
+        time.sleep(1.0)
+
+
+def _leak() -> None:
+    leaked: list[bytearray] = []
+    while True:
+        leaked.append(touched(3 * MiB))
+        if len(leaked) > 150:  # keep the demo bounded (~450 MiB), then "restart"
+            leaked.clear()
+        time.sleep(1.0)
+
+
+def _spike() -> None:
+    base = touched(30 * MiB)  # noqa: F841 - held on purpose
+    while True:
+        time.sleep(5.0)
+        burst = touched(250 * MiB)
+        time.sleep(0.1)
+        del burst
+
+
+def _forked() -> None:
+    shared = touched(200 * MiB)
+    children = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            die_with_parent()
+            own = touched(20 * MiB)  # noqa: F841 - held on purpose
+            total = 0
+            while True:  # read the shared buffer: shared pages stay shared
+                total += shared[total % len(shared)]
+                time.sleep(1.0)
+        children.append(pid)
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            os.wait()
+
+
+_WORKERS = {"steady": _steady, "sawtooth": _sawtooth, "leak": _leak, "spike": _spike, "forked": _forked}
+
+
+@dataclass(frozen=True)
+class Member:
+    label: str
+    shape: str
+    process: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+class Fleet:
+    """Start and stop the demo processes."""
+
+    def __init__(self, shapes: tuple[str, ...] = SHAPES) -> None:
+        self.shapes = shapes
+        self.members: list[Member] = []
+
+    def start(self) -> list[Member]:
+        for shape in self.shapes:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "memagent.demo", "worker", shape],
+                stdin=subprocess.DEVNULL,
+            )
+            self.members.append(Member(f"demo-{shape}", shape, proc))
+        return self.members
+
+    def stop(self) -> None:
+        for m in self.members:
+            with contextlib.suppress(ProcessLookupError):
+                m.process.terminate()
+        for m in self.members:
+            try:
+                m.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                m.process.kill()
+                m.process.wait()
+        self.members.clear()
+
+    def __enter__(self) -> Fleet:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_demo_printing(socket: str | None, seconds: float | None) -> int:
+    """Run an agent with the fleet and print ``memagent ls`` every second."""
+    from .agent import Agent, AgentConfig
+    from .cli import format_table
+    from .daemon import setup_logging
+    from .errors import MemagentError
+
+    setup_logging()
+    path = socket or os.path.join(tempfile.mkdtemp(prefix="memagent-demo-"), "memagent.sock")
+    agent = Agent(AgentConfig(socket=path, interval=0.5))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        ready = asyncio.Event()
+        serving = asyncio.ensure_future(agent.run(stop, ready))
+        await ready.wait()
+        with Fleet() as fleet:
+            await asyncio.sleep(0.5)  # let the forked demo fork its workers before attaching
+            for m in fleet.members:
+                try:
+                    agent.registry.attach(m.pid, label=m.label, children=m.shape == "forked")
+                except MemagentError as exc:
+                    print(f"demo: {exc}", file=sys.stderr)
+            print(f"demo agent on {path}: try `memagent --socket {path} ls` elsewhere; Ctrl-C stops")
+            started = time.monotonic()
+            while not stop.is_set():
+                if seconds is not None and time.monotonic() - started >= seconds:
+                    break
+                print(format_table([w.info() for w in agent.registry.entries.values()]), flush=True)
+                print(flush=True)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+            stop.set()
+        await serving
+
+    asyncio.run(main())
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "worker" and argv[1] in _WORKERS:
+        die_with_parent()
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        _WORKERS[argv[1]]()
+        return 0
+    print(f"usage: python -m memagent.demo worker {{{','.join(SHAPES)}}}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

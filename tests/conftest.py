@@ -1,0 +1,175 @@
+"""Fixtures for end-to-end tests: a real daemon on a temporary socket, real target processes.
+
+Synchronisation is by events: the daemon's "listening on" log line, a target's "ok" reply
+on its stdout, a sample frame carrying the awaited value. Never by sleeping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from memagent.client import Client
+from memproto.frames import Sample
+
+HERE = Path(__file__).resolve().parent
+MiB = 1024 * 1024
+
+
+class Daemon:
+    """A real ``memagent daemon`` subprocess."""
+
+    def __init__(self, socket: str, *args: str, env: dict[str, str] | None = None) -> None:
+        self.socket = socket
+        self.lines: list[str] = []
+        self._listening = threading.Event()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "memagent.cli", "daemon", "--socket", socket, *args],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
+
+    def _read_log(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+            if "listening on" in line:
+                self._listening.set()
+        self._listening.set()  # EOF: wake waiters; they check returncode
+
+    def wait_listening(self, timeout: float = 15.0) -> None:
+        if not self._listening.wait(timeout) or self.proc.poll() is not None:
+            raise RuntimeError("daemon did not start:\n" + "\n".join(self.lines))
+
+    def client(self, timeout: float = 10.0) -> Client:
+        return Client(self.socket, timeout=timeout)
+
+    def stop(self, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout)
+        self._reader.join(timeout)
+        return rc
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+
+class Target:
+    """A real Python process driven over pipes (see ``target_proc.py``)."""
+
+    def __init__(self, python: str = sys.executable, **popen: object) -> None:
+        self.proc = subprocess.Popen(
+            [python, str(HERE / "target_proc.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            **popen,  # type: ignore[call-overload]
+        )
+        self.pid = self.proc.pid
+        self.expect("ready")
+
+    def expect(self, word: str) -> list[str]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        parts = line.split()
+        if parts[:2] != ["ok", word]:
+            raise AssertionError(f"target {self.pid}: expected 'ok {word}', got {line!r}")
+        return parts[2:]
+
+    def do(self, command: str) -> list[str]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.expect(command.split()[0])
+
+    def status_kb(self, key: str) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+        raise KeyError(key)
+
+    def exit(self) -> None:
+        self.do("exit")
+        self.proc.wait(10)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def sock_path(tmp_path: Path) -> str:
+    return str(tmp_path / "memagent.sock")
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    started: list[Daemon] = []
+
+    def start(*args: str, socket: str | None = None, wait: bool = True) -> Daemon:
+        d = Daemon(socket or str(tmp_path / f"d{len(started)}.sock"), *args)
+        started.append(d)
+        if wait:
+            d.wait_listening()
+        return d
+
+    yield start
+    for d in started:
+        d.stop()
+
+
+@pytest.fixture
+def daemon(start_daemon: Callable[..., Daemon]) -> Daemon:
+    """A daemon ticking every 0.1 s."""
+    return start_daemon("--interval", "0.1")
+
+
+@pytest.fixture
+def make_target() -> Iterator[Callable[..., Target]]:
+    targets: list[Target] = []
+
+    def make(**kw: object) -> Target:
+        t = Target(**kw)  # type: ignore[arg-type]
+        targets.append(t)
+        return t
+
+    yield make
+    for t in targets:
+        t.kill()
+
+
+def wait_sample(client: Client, pid: int, predicate: Callable[[dict[str, object]], bool],
+                max_frames: int = 200) -> dict[str, object]:
+    """Read frames from a subscribed client until the row of ``pid`` satisfies ``predicate``."""
+    for n, frame in enumerate(client.stream()):
+        if isinstance(frame, Sample):
+            for rec in frame.records():
+                if rec.pid == pid:
+                    row = dataclasses.asdict(rec)
+                    if predicate(row):
+                        return row
+        if n >= max_frames:
+            break
+    raise AssertionError(f"no sample of {pid} satisfied the predicate within {max_frames} frames")
+
+
+def memagent_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memagent.cli", *args], capture_output=True, text=True, timeout=30,
+        env={**os.environ, **(env or {})},
+    )

@@ -1,0 +1,58 @@
+"""A controllable target process for end-to-end tests: commands on stdin, "ok ..." on stdout.
+
+Commands: ``alloc MIB`` (allocate and touch, hold), ``free`` (release everything held),
+``spike MIB`` (allocate, touch, release at once), ``fork`` (fork a child that sleeps and
+report its pid), ``exit``. Uses only the standard library so that the system python3 can
+run it as another user.
+"""
+
+import gc
+import os
+import sys
+import time
+
+MiB = 1024 * 1024
+
+
+def main() -> None:
+    held = []
+    children = []
+    out = sys.stdout
+    out.write(f"ok ready {os.getpid()}\n")
+    out.flush()
+    for line in sys.stdin:
+        cmd, *args = line.split()
+        if cmd == "alloc":
+            held.append(bytearray(b"\x01") * (int(args[0]) * MiB))
+            out.write("ok alloc\n")
+        elif cmd == "free":
+            held.clear()
+            gc.collect()
+            out.write("ok free\n")
+        elif cmd == "spike":
+            burst = bytearray(b"\x01") * (int(args[0]) * MiB)
+            del burst
+            out.write("ok spike\n")
+        elif cmd == "fork":
+            pid = os.fork()
+            if pid == 0:
+                os.close(0)
+                time.sleep(3600)
+                os._exit(0)
+            children.append(pid)
+            out.write(f"ok fork {pid}\n")
+        elif cmd == "exit":
+            out.write("ok exit\n")
+            out.flush()
+            break
+        out.flush()
+    for pid in children:
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    main()
