@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint soak clean venv
+.PHONY: demo test bench lint clean venv
 
 venv: $(STAMP)
 
