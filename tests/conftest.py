@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from memagent.client import Client
 from memproto.frames import Sample
 

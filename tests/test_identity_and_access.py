@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-from conftest import MiB, Daemon, Target, wait_sample
+from conftest import Daemon, MiB, Target, wait_sample
 from memagent.client import Client
 from memproto.frames import Attached, Exited, Sample
 

@@ -89,7 +89,6 @@ class Scanner:
             try:
                 self.registry.attach(pid, label=label, children=parent is not None, may_watch=self.may_watch)
                 attached += 1
-                log.info("auto-attached %d (%s)", pid, stat.comm)
             except MemagentError as exc:
                 log.debug("auto-attach of %d skipped: %s", pid, exc)
         # Forget rechecks of PIDs that are gone.

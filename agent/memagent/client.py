@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import socket
 from collections import deque
+import builtins
 from collections.abc import Iterator
 from typing import TypeVar
 
@@ -155,7 +156,7 @@ class Client:
     def status(self) -> DaemonStatus:
         return self.request(Status(self._id()), StatusOk).status
 
-    def history(self, pids: list[int] | None = None, seconds: float | None = None) -> HistoryOk:
+    def history(self, pids: builtins.list[int] | None = None, seconds: float | None = None) -> HistoryOk:
         return self.request(History(self._id(), pids or [], seconds), HistoryOk)
 
     def subscribe(self) -> None:

@@ -84,6 +84,9 @@ class Dispatcher:
             except MemagentError as exc:
                 failed.append(_failure(pid, exc))
                 continue
+            except OSError as exc:  # e.g. EMFILE: the agent is out of descriptors
+                failed.append(Failure(pid, "error", f"cannot watch {pid}: {exc.strerror}"))
+                continue
             attached.extend(w.info() for w in watched)
         return AttachOk(req.id, attached, failed)
 

@@ -13,7 +13,7 @@ from .procfs import PAGE_SIZE
 
 
 class PeakHistory:
-    __slots__ = ("step", "_buf", "_last_slot", "_count")
+    __slots__ = ("_buf", "_count", "_last_slot", "step")
 
     def __init__(self, step: float, slots: int) -> None:
         if step <= 0 or slots <= 0:

@@ -233,7 +233,7 @@ class ProcessHandle:
     goes through descriptors bound to that very process.
     """
 
-    __slots__ = ("pid", "starttime", "_dir", "_statm", "_status", "closed")
+    __slots__ = ("_dir", "_statm", "_status", "closed", "pid", "starttime")
 
     def __init__(self, procfs: ProcFS, pid: int) -> None:
         self.pid = pid

@@ -146,6 +146,7 @@ class Registry:
         w.follow_children = children
         self.entries[w.key] = w
         self._rebuild_alive()
+        log.info("attached %d (%s)%s", pid, stat.comm, f" as {label}" if label else "")
         self.events.attached(w)
         return w
 
@@ -187,6 +188,7 @@ class Registry:
         if w.alive:
             w.handle.close()
         self._rebuild_alive()
+        log.info("detached %d (%s)", w.pid, w.label or w.name)
         self.events.detached(w)
 
     def reset_peaks(self, pid: int, may_watch: MayWatch = _anyone, now: float | None = None) -> Watched:
@@ -209,6 +211,7 @@ class Registry:
 
     def mark_exited(self, w: Watched, now: float) -> None:
         w.mark_exited(now)
+        log.info("%d (%s) exited; peak %d bytes", w.pid, w.label or w.name, w.peak)
         self._rebuild_alive()
         self.events.exited(w)
         self._bound_exited()

@@ -23,10 +23,31 @@ class Watched:
     """A watched process; mutable, owned by the sampler's event loop."""
 
     __slots__ = (
-        "handle", "pid", "starttime", "start_time", "name", "cmdline", "label", "uid",
-        "alive", "attached_at", "exited_at", "rss", "anon", "swap", "hwm", "sampled_max",
-        "peak_exact", "peak_since", "last_statm", "status_due", "follow_children",
-        "history", "row", "statm_fd", "status_fd",
+        "alive",
+        "anon",
+        "attached_at",
+        "cmdline",
+        "exited_at",
+        "follow_children",
+        "handle",
+        "history",
+        "hwm",
+        "label",
+        "last_statm",
+        "name",
+        "peak_exact",
+        "peak_since",
+        "pid",
+        "row",
+        "rss",
+        "sampled_max",
+        "start_time",
+        "starttime",
+        "statm_fd",
+        "status_due",
+        "status_fd",
+        "swap",
+        "uid",
     )
 
     def __init__(

@@ -320,7 +320,7 @@ class ProcessSample:
     swap_bytes: int
 
 
-_ROW_CHECKS = {
+_ROW_CHECKS: dict[str, type | tuple[type, ...]] = {
     "pid": int,
     "start_time": (int, float),
     "alive": bool,
@@ -413,6 +413,5 @@ REPLIES: tuple[type[Frame], ...] = (
     AttachOk, DetachOk, ResetPeaksOk, ListOk, HistoryOk, StatusOk, Ack, Error,
 )
 EVENTS: tuple[type[Frame], ...] = (Sample, Attached, Exited, Detached, Dropped)
-FRAME_TYPES: dict[str, type[Frame]] = {
-    cls.TYPE: cls for cls in (Hello, *REQUESTS, *REPLIES, *EVENTS)
-}
+_ALL: tuple[type[Frame], ...] = (Hello, *REQUESTS, *REPLIES, *EVENTS)
+FRAME_TYPES: dict[str, type[Frame]] = {cls.TYPE: cls for cls in _ALL}

@@ -118,7 +118,7 @@ def _checker_for(tp: Any) -> Checker:
         return _optional(_checker_for(rest[0]))
     if origin is list:
         return _list_of(_checker_for(args[0]))
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _nested(tp)
     raise TypeError(f"unsupported wire type {tp!r}")
 
