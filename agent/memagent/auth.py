@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from .procfs import ProcFS, parse_status_groups
 
 _UCRED = struct.Struct("3i")
+#: Linux's SO_PEERGROUPS (4.13+): the peer's supplementary groups as of connect().
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
+_MAX_GROUPS_BYTES = 4 * 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,12 +26,20 @@ class Peer:
     pid: int
     uid: int
     gid: int
+    #: Supplementary groups from SO_PEERGROUPS; None where the kernel lacks it.
+    groups: frozenset[int] | None = None
 
 
 def peer_credentials(sock: socket.socket) -> Peer:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     pid, uid, gid = _UCRED.unpack(raw)
-    return Peer(pid, uid, gid)
+    groups: frozenset[int] | None
+    try:
+        blob = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, _MAX_GROUPS_BYTES)
+        groups = frozenset(struct.unpack(f"{len(blob) // 4}I", blob))
+    except OSError:
+        groups = None
+    return Peer(pid, uid, gid, groups)
 
 
 def resolve_group(name: str | None) -> int | None:
@@ -57,8 +68,10 @@ class AccessPolicy:
         self.procfs = procfs or ProcFS()
 
     def _groups(self, peer: Peer) -> set[int]:
-        # SO_PEERCRED gives the primary GID only; supplementary groups are in /proc.
         groups = {peer.gid}
+        if peer.groups is not None:
+            return groups | peer.groups
+        # No SO_PEERGROUPS: read the client's groups from /proc (racy if it already exited).
         try:
             groups |= parse_status_groups(self.procfs.read(peer.pid, "status"))
         except (OSError, ValueError):

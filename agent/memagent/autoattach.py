@@ -76,8 +76,10 @@ class Scanner:
                 continue
             parent = followers.get(stat.ppid)
             label = self.label
+            may_watch = self.may_watch
             if parent is not None:
                 label = parent.label
+                may_watch = parent.follow_may_watch or self.may_watch
             elif not (self.patterns and self.matches(pid, stat.comm)):
                 left = self._recheck.get(pid, RECHECK_SCANS + 1) - 1
                 if left > 0:
@@ -87,7 +89,7 @@ class Scanner:
                 continue
             self._recheck.pop(pid, None)
             try:
-                self.registry.attach(pid, label=label, children=parent is not None, may_watch=self.may_watch)
+                self.registry.attach(pid, label=label, children=parent is not None, may_watch=may_watch)
                 attached += 1
             except MemagentError as exc:
                 log.debug("auto-attach of %d skipped: %s", pid, exc)

@@ -14,7 +14,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
-from memproto import Frame, FrameBuffer, ProtocolError, encode, frame_bytes
+from memproto import Frame, FrameBuffer, FrameTooLarge, ProtocolError, encode, frame_bytes
 from memproto.frames import Dropped, Error
 
 from .auth import Access
@@ -50,8 +50,14 @@ class ClientSession:
     # ------------------------------------------------------------------ sending
 
     def send(self, frame: Frame) -> None:
-        """Queue a reply or event; never dropped."""
-        self.send_event(frame_bytes(encode(frame)))
+        """Queue a reply or event; never dropped. A reply too large for one frame is
+        replaced by an error that says so."""
+        try:
+            framed = frame_bytes(encode(frame))
+        except FrameTooLarge as exc:
+            request_id = getattr(frame, "id", None)
+            framed = frame_bytes(encode(Error(request_id, "too_large", f"reply {exc}; ask for less")))
+        self.send_event(framed)
 
     def send_event(self, framed: bytes) -> None:
         """Queue an encoded, framed reply or event; never dropped."""

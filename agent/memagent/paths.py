@@ -23,4 +23,4 @@ def socket_path(explicit: str | None = None) -> str:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
         return os.path.join(runtime, "memagent.sock")
-    return os.path.join(tempfile.gettempdir(), f"memagent-{os.getuid()}", "memagent.sock")
+    return os.path.join(tempfile.gettempdir(), f"memagent-{os.geteuid()}", "memagent.sock")

@@ -116,7 +116,9 @@ class Registry:
                 raise AccessDenied(pid)
             if label is not None:
                 existing.label = label
-            existing.follow_children = existing.follow_children or children
+            if children and not existing.follow_children:
+                existing.follow_children = True
+                existing.follow_may_watch = may_watch
             return existing
         handle = self.procfs.open(pid)
         try:
@@ -144,6 +146,7 @@ class Registry:
         w.set_memory(statm.resident, statm.shared, mem.hwm_bytes, mem.swap_bytes)
         w.history.add(now, w.rss)
         w.follow_children = children
+        w.follow_may_watch = may_watch if children else None
         self.entries[w.key] = w
         self._rebuild_alive()
         log.info("attached %d (%s)%s", pid, stat.comm, f" as {label}" if label else "")
@@ -167,12 +170,13 @@ class Registry:
         return found
 
     def detach(self, pid: int, may_watch: MayWatch = _anyone) -> list[Watched]:
-        """Stop watching every entry with this PID (a live one and exited ones)."""
-        matches = self.find(pid)
+        """Stop watching every entry with this PID (a live one and exited ones).
+
+        Entries the caller may not see are, for it, not watched: no existence leak.
+        """
+        matches = [w for w in self.find(pid) if may_watch(w.uid)]
         if not matches:
             raise NoSuchProcess(pid, "not watched")
-        if not all(may_watch(w.uid) for w in matches):
-            raise AccessDenied(pid)
         for w in matches:
             self._remove(w)
         return matches
@@ -193,12 +197,10 @@ class Registry:
 
     def reset_peaks(self, pid: int, may_watch: MayWatch = _anyone, now: float | None = None) -> Watched:
         w = self.find_alive(pid)
-        if w is None:
-            if self.find(pid):
+        if w is None or not may_watch(w.uid):
+            if any(may_watch(e.uid) for e in self.find(pid)):
                 raise NoSuchProcess(pid, "exited")
             raise NoSuchProcess(pid, "not watched")
-        if not may_watch(w.uid):
-            raise AccessDenied(pid)
         now = time.time() if now is None else now
         try:
             w.handle.write("clear_refs", b"5")

@@ -70,7 +70,7 @@ class Sampler:
         return exited
 
     def rows(self) -> tuple[list[list[object]], list[int]]:
-        """Sample rows of every watched process (live first), and each row's owner UID."""
+        """Sample rows of every watched process in attach order, and each row's owner UID."""
         entries = self.registry.entries.values()
         return [w.row for w in entries], [w.uid for w in entries]
 

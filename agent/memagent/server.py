@@ -34,6 +34,7 @@ from memproto.limits import MAX_CLIENT_FRAME_BYTES
 from . import SOFTWARE
 from .auth import AccessPolicy, peer_credentials
 from .connection import ClientSession
+from .errors import MemagentError
 from .watch import Watched
 
 log = logging.getLogger(__name__)
@@ -207,7 +208,13 @@ class Server:
         if isinstance(frame, Hello):
             session.send(Error(None, "protocol", "hello sent twice"))
             return
-        session.send(self.handle_request(session, frame))
+        try:
+            reply = self.handle_request(session, frame)
+        except (MemagentError, OSError, ValueError) as exc:
+            # A bug or an unexpected /proc state must cost this request, not the session.
+            log.exception("%s: %s failed", session.name, frame.TYPE)
+            reply = Error(request_id, "internal", f"{frame.TYPE} failed: {type(exc).__name__}: {exc}")
+        session.send(reply)
 
     def _greet(self, session: ClientSession, frame: Frame) -> None:
         if not isinstance(frame, Hello) or frame.role != "client":

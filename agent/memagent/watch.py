@@ -13,6 +13,8 @@ the peak becomes the maximum of samples: ``rss_peak_exact`` says which.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from memproto.frames import ProcessInfo, ProcessRef
 
 from .history import PeakHistory
@@ -29,6 +31,7 @@ class Watched:
         "cmdline",
         "exited_at",
         "follow_children",
+        "follow_may_watch",
         "handle",
         "history",
         "hwm",
@@ -81,6 +84,9 @@ class Watched:
         self.last_statm = b""
         self.status_due = 0
         self.follow_children = False
+        #: The rights of the client that asked to follow children: later children are
+        #: attached only if that client could have attached them itself.
+        self.follow_may_watch: Callable[[int], bool] | None = None
         self.history = history
         self.row: list[object] = []
         # Raw descriptors for the sampler's hot loop (no wrapper call per read).

@@ -20,7 +20,7 @@ from .version import PROTOCOL_MAJOR, compatible
 
 
 class UnknownFrameType(ProtocolError):
-    code = "unknown_type"
+    code = "unknown_request"
 
     def __init__(self, type_tag: str) -> None:
         self.type_tag = type_tag
@@ -52,6 +52,10 @@ def encode_sample(seq: int, time: float, interval: float, rows: list[list[Any]])
     return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
 
 
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"msgpack ext type {code} is not used by this protocol")
+
+
 def unpack(payload: bytes) -> Any:
     """msgpack bytes to Python values under the limits of :mod:`memproto.limits`."""
     try:
@@ -64,6 +68,7 @@ def unpack(payload: bytes) -> Any:
             max_array_len=limits.MAX_ARRAY_LEN,
             max_map_len=limits.MAX_MAP_LEN,
             max_ext_len=0,
+            ext_hook=_refuse_ext,
         )
     except msgpack.ExtraData:
         raise ProtocolError("trailing bytes after the msgpack object") from None

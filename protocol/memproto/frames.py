@@ -36,8 +36,9 @@ class ProcessInfo:
     rss_peak_bytes: int
     anon_bytes: int
     swap_bytes: int
-    #: True when ``rss_peak_bytes`` is the kernel's high-water mark (VmHWM); False when
-    #: it is the maximum of the agent's own samples (the kernel's mark could not be reset).
+    #: True when ``rss_peak_bytes`` includes the kernel's high-water mark (it is
+    #: max(VmHWM, samples)); False when it is the maximum of the agent's own samples only
+    #: (the kernel's mark could not be reset).
     rss_peak_exact: bool = True
     #: Start of the peak window: the process's start time, or the last reset-peaks.
     peak_since: float = 0.0
@@ -283,7 +284,9 @@ class Ack(Frame):
 @wire
 @dataclass(frozen=True, slots=True)
 class Error(Frame):
-    """A request failed as a whole, or the connection is about to be closed (``id`` nil)."""
+    """A request failed as a whole (``id`` is the request's), or a frame could not be tied
+    to a request (``id`` nil). After codes ``protocol``, ``too_large`` (from the client),
+    ``version`` and ``busy`` the server closes the connection."""
 
     TYPE: ClassVar[str] = "error"
     id: int | None

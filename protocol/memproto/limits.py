@@ -24,5 +24,4 @@ MAX_BIN_LEN: Final = 1024 * 1024
 MAX_ARRAY_LEN: Final = 1_000_000
 #: Most keys in one map.
 MAX_MAP_LEN: Final = 256
-#: Deepest nesting accepted.
-MAX_DEPTH: Final = 16
+# Nesting depth is bounded by msgpack's own unpacker stack (1024 levels -> an error).
