@@ -359,7 +359,7 @@ class Sample(Frame):
                 )
             for col, name, kind in where:
                 value = row[col]
-                if not isinstance(value, kind) or (kind is int and type(value) is bool):
+                if not isinstance(value, kind) or (kind is not bool and type(value) is bool):
                     raise ProtocolError(
                         f"column {name!r} has a {type(value).__name__}", frame=self.TYPE, field=f"rows[{r}]"
                     )

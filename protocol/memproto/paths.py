@@ -1,4 +1,5 @@
-"""Where the daemon's socket lives. Every command resolves it the same way:
+"""Where the daemon's socket lives: part of the contract, so every client (memagent's
+commands, memtop, a client in another language) resolves it the same way:
 
 1. ``--socket PATH``; 2. ``$MEMAGENT_SOCKET``; 3. ``/run/memagent/memagent.sock`` when
 running as root; 4. ``$XDG_RUNTIME_DIR/memagent.sock``; 5. ``<tmp>/memagent-<uid>/memagent.sock``.
