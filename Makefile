@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/memagent demo
+	$(BIN)/memtop --demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests

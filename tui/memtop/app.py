@@ -1,10 +1,379 @@
-"""memtop entry point. The full TUI lands with its own issue; until then it says so."""
+"""memtop: the peak offenders among the watched processes, live.
+
+The connection worker (:meth:`MemtopApp.run_link`) owns the socket and only posts
+messages; the app feeds every frame into :class:`~memtop.model.FleetModel` and sets the
+immutable :class:`~memtop.model.Snapshot` reactive that the widgets render. With no
+daemon on the socket, memtop starts an embedded agent through
+:func:`memagent.embedded.start_embedded`, its one door into the agent package.
+"""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import contextlib
 import sys
+from dataclasses import replace
+from typing import Any
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.widgets import Footer, Input
+
+from memproto import ProtocolError
+from memproto.frames import (
+    Attach,
+    Attached,
+    AttachOk,
+    Detach,
+    Detached,
+    DetachOk,
+    Dropped,
+    Error,
+    Exited,
+    Frame,
+    History,
+    HistoryOk,
+    ListOk,
+    ListProcesses,
+    ResetPeaks,
+    ResetPeaksOk,
+    Sample,
+    Status,
+    StatusOk,
+    Subscribe,
+)
+from memproto.paths import socket_path
+
+from .link import DaemonLink, LinkClosed, NoDaemon
+from .messages import FrameArrived, LinkDown, LinkUp
+from .model import SORTS, FleetModel, Key, Snapshot, sort_rows
+from .screens import AttachScreen, HelpScreen, python_candidates
+from .widgets.detail import DetailPane
+from .widgets.header import LinkState, MemHeader
+from .widgets.table import ProcessTable
+
+SORT_CYCLE = ("peak", "rss", "growth", "share", "pid", "name")
+STATUS_EVERY = 2.0
+BACKOFF_MAX = 5.0
 
 
-def entry() -> None:
-    print("memtop: the TUI is not built yet; use `memagent ls` meanwhile", file=sys.stderr)
-    sys.exit(2)
+class MemtopApp(App[None]):
+    CSS_PATH = "memtop.tcss"
+    TITLE = "memtop"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("enter", "toggle_detail", "Details"),
+        Binding("s", "cycle_sort", "Sort"),
+        Binding("slash", "filter", "Filter"),
+        Binding("a", "attach", "Attach"),
+        Binding("d", "detach", "Detach"),
+        Binding("r", "reset_peak", "Reset peak"),
+        Binding("p", "pause", "Pause"),
+        Binding("question_mark", "help", "Help"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    snapshot: reactive[Snapshot] = reactive(Snapshot, init=False)
+    link_state: reactive[LinkState] = reactive(LinkState, init=False)
+    sort_column: reactive[str] = reactive("peak", init=False)
+    sort_reverse: reactive[bool] = reactive(False, init=False)
+    filter_text: reactive[str] = reactive("", init=False)
+    paused: reactive[bool] = reactive(False, init=False)
+    show_detail: reactive[bool] = reactive(True, init=False)
+    selected_key: reactive[Key | None] = reactive(None, init=False)
+
+    def __init__(
+        self,
+        socket: str | None = None,
+        *,
+        connect: bool = True,
+        allow_embedded: bool = True,
+        demo: bool = False,
+        embedded_interval: float = 0.5,
+    ) -> None:
+        super().__init__()
+        self.socket_path = socket_path(socket)
+        self.connect = connect
+        self.allow_embedded = allow_embedded
+        self.demo = demo
+        self.embedded_interval = embedded_interval
+        self.model = FleetModel()
+        self._link: DaemonLink | None = None
+        self._embedded: Any = None
+
+    def compose(self) -> ComposeResult:
+        yield MemHeader()
+        yield ProcessTable(id="table")
+        yield DetailPane()
+        yield Input(placeholder="filter: PID, name, label or command line", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(ProcessTable).focus()
+        if self.connect:
+            self.run_link()
+
+    def on_unmount(self) -> None:
+        if self._embedded is not None:
+            self._embedded.stop()
+            self._embedded = None
+
+    # ------------------------------------------------------------------ connection worker
+
+    @work(exclusive=True, group="link", exit_on_error=False)
+    async def run_link(self) -> None:
+        backoff = 0.5
+        path = self.socket_path
+        embedded = False
+        if self.demo:
+            path, embedded = await self._start_embedded(), True
+        while True:
+            link = DaemonLink(path)
+            try:
+                await link.open()
+            except NoDaemon as exc:
+                if self.allow_embedded and not embedded and self._embedded is None:
+                    path, embedded = await self._start_embedded(), True
+                    continue
+                self.post_message(LinkDown(str(exc), backoff))
+            except (OSError, LinkClosed, ProtocolError, asyncio.TimeoutError) as exc:
+                self.post_message(LinkDown(str(exc) or type(exc).__name__, backoff))
+            else:
+                backoff = 0.5
+                self._link = link
+                self.post_message(LinkUp(path, embedded))
+                await self._serve(link)
+                self._link = None
+                link.close()
+                continue
+            link.close()
+            await asyncio.sleep(backoff)
+            backoff = min(BACKOFF_MAX, backoff * 2)
+
+    async def _start_embedded(self) -> str:
+        from memagent.embedded import start_embedded
+
+        self._embedded = await asyncio.to_thread(start_embedded, interval=self.embedded_interval, demo=self.demo)
+        return str(self._embedded.socket)
+
+    async def _serve(self, link: DaemonLink) -> None:
+        """Ask for the current state, subscribe, then relay frames until the link drops."""
+        for frame in (ListProcesses(link.next_id()), History(link.next_id()), Status(link.next_id()),
+                      Subscribe(link.next_id())):
+            link.send(frame)
+        poller = asyncio.ensure_future(self._poll_status(link))
+        try:
+            while True:
+                self.post_message(FrameArrived(await link.recv()))
+        except (OSError, LinkClosed, ProtocolError) as exc:
+            self.post_message(LinkDown(str(exc) or type(exc).__name__, 0.5))
+        finally:
+            poller.cancel()
+
+    async def _poll_status(self, link: DaemonLink) -> None:
+        with contextlib.suppress(LinkClosed, OSError):
+            while True:
+                await asyncio.sleep(STATUS_EVERY)
+                link.send(Status(link.next_id()))
+
+    # ------------------------------------------------------------------ messages in
+
+    def on_link_up(self, message: LinkUp) -> None:
+        self.link_state = LinkState(True, message.path, message.embedded, "", self.paused)
+
+    def on_link_down(self, message: LinkDown) -> None:
+        note = f"{message.reason}; retrying in {message.retry_in:g}s"
+        self.link_state = replace(self.link_state, connected=False, message=note)
+
+    def on_frame_arrived(self, message: FrameArrived) -> None:
+        self.feed(message.frame)
+
+    def feed(self, frame: Frame) -> None:
+        """Apply one frame from the daemon (also used to replay recorded frames in tests)."""
+        model = self.model
+        if isinstance(frame, Sample):
+            model.apply_sample(frame)
+        elif isinstance(frame, ListOk):
+            model.set_processes(frame.processes)
+        elif isinstance(frame, HistoryOk):
+            model.apply_history(frame.step, frame.series)
+        elif isinstance(frame, StatusOk):
+            model.apply_status(frame.status)
+        elif isinstance(frame, Attached):
+            model.upsert(frame.process)
+        elif isinstance(frame, Exited):
+            model.mark_exited(frame.pid, frame.start_time, frame.rss_peak_bytes)
+        elif isinstance(frame, Detached):
+            model.remove(frame.pid, frame.start_time)
+        elif isinstance(frame, Dropped):
+            model.dropped = frame.count
+        elif isinstance(frame, AttachOk | ResetPeaksOk):
+            for p in frame.attached if isinstance(frame, AttachOk) else frame.reset:
+                model.upsert(p)
+            self._report(frame.failed)
+        elif isinstance(frame, DetachOk):
+            for ref in frame.detached:
+                model.remove(ref.pid, ref.start_time)
+            self._report(frame.failed)
+        elif isinstance(frame, Error):
+            self.notify(frame.message, title=frame.code, severity="error")
+        else:
+            return
+        if not self.paused:
+            self.snapshot = model.snapshot()
+
+    def _report(self, failed: list[Any]) -> None:
+        for f in failed:
+            self.notify(f.message, severity="error")
+
+    # ------------------------------------------------------------------ rendering
+
+    def watch_snapshot(self) -> None:
+        self._render_table()
+        self.query_one(MemHeader).snapshot = self.snapshot
+        self._render_detail()
+
+    def _render_table(self) -> None:
+        snap = self.snapshot
+        rows = [r for r in snap.rows if r.matches(self.filter_text)] if self.filter_text else list(snap.rows)
+        rows = sort_rows(rows, self.sort_column, self.sort_reverse)
+        available = {key for key in ("vram", "vram_peak") if any(getattr(r, key) is not None for r in snap.rows)}
+        if any(r.stack_state for r in snap.rows):
+            available.add("stack")
+        table = self.query_one(ProcessTable)
+        table.sort_column, table.sort_reverse = self.sort_column, self.sort_reverse
+        table.set_rows(rows, available, self.selected_key)
+
+    def _render_detail(self) -> None:
+        pane = self.query_one(DetailPane)
+        pane.row = self.snapshot.row(self.selected_key)
+        pane.points = self.model.history(self.selected_key)
+        pane.now = self.snapshot.time
+
+    def watch_link_state(self) -> None:
+        self.query_one(MemHeader).link = self.link_state
+
+    def watch_sort_column(self) -> None:
+        self._render_table()
+
+    def watch_sort_reverse(self) -> None:
+        self._render_table()
+
+    def watch_filter_text(self) -> None:
+        self._render_table()
+
+    def watch_paused(self, paused: bool) -> None:
+        self.link_state = replace(self.link_state, paused=paused)
+        if not paused:
+            self.snapshot = self.model.snapshot()
+
+    def watch_show_detail(self, show: bool) -> None:
+        self.query_one(DetailPane).display = show
+
+    def watch_selected_key(self) -> None:
+        self._render_detail()
+
+    @on(ProcessTable.Highlighted)
+    def highlighted(self, message: ProcessTable.Highlighted) -> None:
+        self.selected_key = message.key
+
+    @on(ProcessTable.SortClicked)
+    def sort_clicked(self, message: ProcessTable.SortClicked) -> None:
+        if message.column not in SORTS:
+            return
+        if message.column == self.sort_column:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_reverse = False
+            self.sort_column = message.column
+
+    # ------------------------------------------------------------------ actions
+
+    def _send(self, frame: Frame) -> bool:
+        if self._link is None:
+            self.notify("not connected to a daemon", severity="warning")
+            return False
+        try:
+            self._link.send(frame)
+        except LinkClosed:
+            self.notify("not connected to a daemon", severity="warning")
+            return False
+        return True
+
+    def _next_id(self) -> int:
+        return self._link.next_id() if self._link else 0
+
+    def action_toggle_detail(self) -> None:
+        self.show_detail = not self.show_detail
+
+    def action_cycle_sort(self) -> None:
+        i = SORT_CYCLE.index(self.sort_column) if self.sort_column in SORT_CYCLE else -1
+        self.sort_reverse = False
+        self.sort_column = SORT_CYCLE[(i + 1) % len(SORT_CYCLE)]
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("visible")
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.remove_class("visible")
+        self.filter_text = ""
+        self.query_one(ProcessTable).focus()
+
+    @on(Input.Changed, "#filter")
+    def filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value.strip()
+
+    @on(Input.Submitted, "#filter")
+    def filter_done(self, event: Input.Submitted) -> None:
+        if not event.value.strip():
+            event.input.remove_class("visible")
+        self.query_one(ProcessTable).focus()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_attach(self) -> None:
+        watched = {r.pid for r in self.snapshot.rows if r.alive}
+        self.push_screen(AttachScreen(python_candidates(watched)), self._attach_chosen)
+
+    def _attach_chosen(self, pid: int | None) -> None:
+        if pid is not None and self._send(Attach(self._next_id(), [pid])):
+            self.notify(f"attaching {pid}")
+
+    def action_detach(self) -> None:
+        row = self.query_one(ProcessTable).selected
+        if row is not None and self._send(Detach(self._next_id(), [row.pid])):
+            self.notify(f"detached {row.pid} ({row.display_name})")
+
+    def action_reset_peak(self) -> None:
+        row = self.query_one(ProcessTable).selected
+        if row is not None and row.alive and self._send(ResetPeaks(self._next_id(), [row.pid])):
+            self.notify(f"peak of {row.pid} reset")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memtop", description="The peak memory offenders on this box, live.")
+    parser.add_argument("--socket", metavar="PATH", help="daemon socket (same resolution as memagent)")
+    parser.add_argument("--no-embedded", action="store_true",
+                        help="never start an embedded agent; wait for a daemon instead")
+    parser.add_argument("--demo", action="store_true", help="start a demo fleet under an embedded agent")
+    parser.add_argument("--interval", type=float, default=0.5, help="embedded agent's sample interval (0.5)")
+    return parser
+
+
+def entry(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    app = MemtopApp(args.socket, allow_embedded=not args.no_embedded, demo=args.demo,
+                    embedded_interval=args.interval)
+    app.run()
+    sys.exit(app.return_code or 0)

@@ -1,0 +1,67 @@
+"""Detail pane of the selected process: identity, RSS over time with the peak marked,
+and the place where the stacks feature will show the stack at the peak.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from .. import format as fmt
+from ..model import ProcRow, bucket_max
+
+_BLOCKS = " ▁▂▃▄▅▆▇█"
+CHART_ROWS = 5
+
+
+def chart(points: list[tuple[float, int]], end: float, seconds: float, width: int, peak: int) -> list[Text]:
+    """RSS over the last ``seconds`` as a ``CHART_ROWS``-line block chart; the column
+    holding the highest value is marked, and the scale tops at ``peak``."""
+    buckets = bucket_max(points, end - seconds, end, width)
+    top = max([peak, *(v for v in buckets if v is not None)] or [1]) or 1
+    best = max(range(width), key=lambda i: buckets[i] or -1, default=0)
+    lines = []
+    for level in range(CHART_ROWS, 0, -1):
+        line = Text()
+        for i, v in enumerate(buckets):
+            if v is None:
+                line.append(" ")
+                continue
+            eighths = v / top * CHART_ROWS * 8 - (level - 1) * 8
+            ch = _BLOCKS[max(0, min(8, round(eighths)))]
+            line.append(ch, style="bold red" if i == best and buckets[best] else "cyan")
+        lines.append(line)
+    return lines
+
+
+class DetailPane(Widget):
+    row: reactive[ProcRow | None] = reactive(None, layout=True)
+    points: reactive[list[tuple[float, int]]] = reactive(list)
+    now: reactive[float] = reactive(0.0)
+    window: reactive[float] = reactive(600.0)
+
+    def render(self) -> RenderableType:
+        row = self.row
+        if row is None:
+            return Text("no process selected", style="dim")
+        head = Text()
+        head.append(f"{row.pid} ", style="bold")
+        head.append(row.display_name, style="bold")
+        if row.label:
+            head.append(f" ({row.name})")
+        head.append("  alive" if row.alive else "  exited", style="green" if row.alive else "dim")
+        head.append(f"  RSS {fmt.size_long(row.rss)}  peak {fmt.size_long(row.peak)}")
+        if not row.peak_exact:
+            head.append(" (sampled)")
+        head.append(f"  anon {fmt.size_long(row.anon)}  swap {fmt.size_long(row.swap)}")
+        cmd = Text(" ".join(row.cmdline) or "-", style="dim", no_wrap=True, overflow="ellipsis")
+        width = max(10, self.size.width - 2)
+        caption = Text(f"RSS, last {self.window / 60:.0f} min (max per column; ", style="dim")
+        caption.append("█", style="bold red")
+        caption.append(" = highest)", style="dim")
+        lines: list[RenderableType] = [head, cmd, caption]
+        lines.extend(chart(self.points, self.now, self.window, width, row.peak))
+        lines.append(Text("stack: not collected yet (stacks come with py-spy support)", style="dim"))
+        return Group(*lines)

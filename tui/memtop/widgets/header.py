@@ -1,0 +1,83 @@
+"""The header: connection state, host memory bar, Σ peaks gauge, GPU bars (later).
+
+It renders from two immutable inputs set by the app: the latest :class:`Snapshot` and
+the :class:`LinkState`. Process names never appear here, and no markup is parsed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from .. import format as fmt
+from ..model import Snapshot
+
+EMBEDDED_NOTE = "embedded agent — run `memagent daemon` for always-on monitoring and alerts"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkState:
+    connected: bool = False
+    path: str = ""
+    embedded: bool = False
+    #: Why we are disconnected, or what we are doing.
+    message: str = "connecting…"
+    paused: bool = False
+
+
+class MemHeader(Widget):
+    snapshot: reactive[Snapshot] = reactive(Snapshot, layout=True)
+    link: reactive[LinkState] = reactive(LinkState, layout=True)
+
+    def render(self) -> RenderableType:
+        lines = [self._status_line(), self._host_line(), self._peaks_line()]
+        if self.link.embedded:
+            lines.append(Text(EMBEDDED_NOTE, style="italic"))
+        return Group(*lines)
+
+    def _status_line(self) -> Text:
+        link, snap = self.link, self.snapshot
+        text = Text("memtop ", style="bold")
+        if link.connected:
+            text.append("● ", style="green")
+            text.append("embedded agent" if link.embedded else link.path)
+        else:
+            text.append("● disconnected ", style="bold red")
+            text.append(link.message, style="red")
+        if snap.interval:
+            text.append(f"  every {snap.interval:g}s")
+        text.append(f"  watched {len(snap.rows)}")
+        if snap.exited:
+            text.append(f" ({snap.exited} exited)")
+        if snap.dropped:
+            text.append(f"  dropped {snap.dropped}", style="yellow")
+        if link.paused:
+            text.append("  PAUSED", style="bold yellow")
+        return text
+
+    def _gauge(self, label: str, value: int, total: int | None, warn: float, crit: float) -> Text:
+        width = max(10, self.size.width - 44)
+        text = Text(f"{label:<9}")
+        if not total:
+            text.append(fmt.bar(0, width, "dim"))
+            text.append(f" {fmt.size_long(value)} of n/a")
+            return text
+        fraction = value / total
+        style = fmt.level_style(fraction, warn, crit)
+        text.append(fmt.bar(fraction, width, style))
+        text.append(f" {fmt.size_long(value)} / {fmt.size_long(total)} ")
+        text.append(f"{fmt.percent(fraction)}", style=style)
+        return text
+
+    def _host_line(self) -> Text:
+        host = self.snapshot.host
+        return self._gauge("Host", host.used if host else 0, host.total if host else None, 0.75, 0.9)
+
+    def _peaks_line(self) -> Text:
+        # Until the headroom model lands, Σ peaks is measured against total memory.
+        host = self.snapshot.host
+        return self._gauge("Σ peaks", self.snapshot.sum_peaks, host.total if host else None, 0.9, 1.0)
