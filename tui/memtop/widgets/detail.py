@@ -46,7 +46,7 @@ class DetailPane(Widget):
         row = self.row
         if row is None:
             return Text("no process selected", style="dim")
-        head = Text()
+        head = Text(no_wrap=True, overflow="ellipsis")
         head.append(f"{row.pid} ", style="bold")
         head.append(row.display_name, style="bold")
         if row.label:

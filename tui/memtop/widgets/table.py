@@ -50,6 +50,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("stack", "STACK", 8, 4, align_right=False),
     Column("swap", "SWAP", 6, 5),
 )
+#: Shown last, in whatever width is left once every other column fits.
+COMMAND = Column("command", "COMMAND", 20, 9, align_right=False)
 #: Columns shown only when some row has data for them.
 OPTIONAL = {"vram", "vram_peak", "stack"}
 NAME_MAX = 40
@@ -66,8 +68,14 @@ def layout(width: int, available: set[str]) -> list[tuple[Column, int]]:
         if drop is None:
             break
         cols.remove(drop)
-    name_width = max(COLUMNS[1].width, min(NAME_MAX, width - sum(c.width + 1 for c in cols if c.key != "name")))
-    return [(c, name_width if c.key == "name" else c.width) for c in cols]
+    rest = width - sum(c.width + 1 for c in cols if c.key != "name")
+    name_width = max(COLUMNS[1].width, min(NAME_MAX, rest - 1))
+    out = [(c, name_width if c.key == "name" else c.width) for c in cols]
+    # A wide terminal gets the command line in the room left over.
+    command_width = rest - name_width - 2
+    if command_width >= COMMAND.width:
+        out.append((COMMAND, command_width))
+    return out
 
 
 def cell_text(row: ProcRow, key: str) -> str:
@@ -91,6 +99,8 @@ def cell_text(row: ProcRow, key: str) -> str:
         return row.stack_state or ""
     if key == "swap":
         return fmt.size(row.swap)
+    if key == "command":
+        return " ".join(row.cmdline)
     raise KeyError(key)
 
 
@@ -147,7 +157,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self.rows = rows
         self.available = available
         index = next((i for i, r in enumerate(rows) if r.key == keep), None)
-        self.virtual_size = Size(self.size.width, len(rows) + 1)
+        self.virtual_size = Size(self.content_width, len(rows) + 1)
         if index is not None:
             self.set_reactive(ProcessTable.cursor, index)
         else:
@@ -199,7 +209,7 @@ class ProcessTable(ScrollView, can_focus=True):
             return
         if offset.y == 0:
             x = 0
-            for col, width in layout(self.size.width, self.available):
+            for col, width in layout(self.content_width, self.available):
                 if x <= offset.x < x + width + 1:
                     self.post_message(self.SortClicked(col.key))
                     return
@@ -209,8 +219,13 @@ class ProcessTable(ScrollView, can_focus=True):
 
     # ------------------------------------------------------------------ rendering
 
+    @property
+    def content_width(self) -> int:
+        """Width left for cells once the vertical scrollbar is drawn."""
+        return self.scrollable_content_region.width
+
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self.content_width
         cols = layout(width, self.available)
         if y == 0:
             return self._header(cols, width)

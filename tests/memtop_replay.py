@@ -1,0 +1,91 @@
+"""A fixed frame sequence for memtop's snapshot tests: what a daemon would send about a
+small fleet, with every time and value fixed so the screen is the same on every run."""
+
+from __future__ import annotations
+
+import math
+
+from memproto.frames import (
+    SAMPLE_FIELDS,
+    DaemonStatus,
+    Exited,
+    Frame,
+    HistoryOk,
+    HostMemory,
+    ListOk,
+    ProcessInfo,
+    Sample,
+    Series,
+    StatusOk,
+    TickStats,
+)
+
+MiB = 1024 * 1024
+T0 = 1_800_000_000.0
+INTERVAL = 0.5
+TICKS = 40
+
+#: label, base RSS MiB, amplitude MiB, shape
+FLEET = [
+    ("resnet50-train", 2900, 600, "saw"),
+    ("bert-serve", 1800, 40, "steady"),
+    ("xgb-batch", 900, 700, "spike"),
+    ("onnx-detector", 640, 10, "steady"),
+    ("tokenizer-pool", 310, 0, "steady"),
+    ("feature-etl", 420, 90, "leak"),
+    ("whisper-small", 1200, 30, "steady"),
+    ("ranker", 260, 5, "steady"),
+    ("sklearn-refit", 150, 400, "saw"),
+    ("metrics-exporter", 45, 0, "steady"),
+]
+EXITED_LABEL = "nightly-export"
+
+
+def _rss(base: int, amp: int, shape: str, tick: int) -> int:
+    if shape == "saw":
+        value = base + amp * ((tick % 10) / 10)
+    elif shape == "spike":
+        value = base + (amp if tick % 13 == 5 else 0)
+    elif shape == "leak":
+        value = base + amp * tick / TICKS
+    else:
+        value = base + amp * math.sin(tick / 6)
+    return int(value * MiB)
+
+
+def _info(i: int, label: str, alive: bool = True, rss: int = 0, peak: int = 0) -> ProcessInfo:
+    pid = 4100 + i * 7
+    return ProcessInfo(
+        pid=pid, start_time=T0 - 3600 + i, name="python3", cmdline=["python3", "-m", f"models.{label}"],
+        label=label, uid=1000, alive=alive, attached_at=T0 - 600, exited_at=None if alive else T0 - 30,
+        rss_bytes=rss, rss_peak_bytes=peak, anon_bytes=int(rss * 0.9), swap_bytes=0,
+        rss_peak_exact=(label != "ranker"), peak_since=T0 - 3600 + i,
+    )
+
+
+def frames() -> list[Frame]:
+    infos = [_info(i, label) for i, (label, *_rest) in enumerate(FLEET)]
+    exited = _info(len(FLEET), EXITED_LABEL, alive=False, rss=700 * MiB, peak=1900 * MiB)
+    out: list[Frame] = [ListOk(1, [*infos, exited])]
+    # Ten minutes of history for the first process: a slow climb with one tall peak.
+    hist = [int((2000 + 600 * (i / 600) + (900 if i == 420 else 0)) * MiB) for i in range(600)]
+    out.append(HistoryOk(2, 1.0, [Series(infos[0].pid, infos[0].start_time, T0, hist)]))
+    status = DaemonStatus(
+        software="memagent 0.1.0", pid=1, uid=0, started_at=T0 - 7200, interval=INTERVAL,
+        socket="/run/memagent/memagent.sock", watched=11, alive=10, clients=1,
+        tick=TickStats(14400, INTERVAL, 0.002, 0, 0.0004),
+        host=HostMemory(16 * 1024 * MiB, 7 * 1024 * MiB, 0, 0),
+    )
+    out.append(StatusOk(3, status))
+    peaks = [0] * len(FLEET)
+    for tick in range(TICKS):
+        rows = []
+        for i, (label, base, amp, shape) in enumerate(FLEET):
+            rss = _rss(base, amp, shape, tick)
+            peaks[i] = max(peaks[i], rss, int((base + amp) * MiB))
+            rows.append([infos[i].pid, infos[i].start_time, True, rss, peaks[i], int(rss * 0.9), 0])
+        rows.append([exited.pid, exited.start_time, False, exited.rss_bytes, exited.rss_peak_bytes,
+                     exited.anon_bytes, 0])
+        out.append(Sample(tick + 1, T0 + tick * INTERVAL, INTERVAL, list(SAMPLE_FIELDS), rows))
+    out.append(Exited(exited.pid, exited.start_time, T0 - 30, exited.rss_peak_bytes))
+    return out
