@@ -377,3 +377,7 @@ def entry(argv: list[str] | None = None) -> None:
                     embedded_interval=args.interval)
     app.run()
     sys.exit(app.return_code or 0)
+
+
+if __name__ == "__main__":
+    entry()
