@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from memagent.client import Client
 from memproto.frames import Sample
 

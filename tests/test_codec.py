@@ -11,6 +11,7 @@ from typing import Any
 
 import msgpack
 import pytest
+
 from memproto import (
     FRAME_TYPES,
     PROTOCOL_MAJOR,

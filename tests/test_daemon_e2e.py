@@ -12,6 +12,7 @@ from collections.abc import Callable
 import msgpack
 import pytest
 from conftest import Daemon, MiB, Target, memagent_cli, wait_sample
+
 from memagent.client import Client, RequestFailed
 from memproto import PROTOCOL_MAJOR, FrameBuffer, decode, frame_bytes
 from memproto.frames import Dropped, Error, Exited, Hello, Sample

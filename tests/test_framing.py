@@ -11,6 +11,7 @@ import socket
 import struct
 
 import pytest
+
 from memproto import FrameBuffer, FrameTooLarge, ProtocolError, decode, encode, frame_bytes
 from memproto.frames import Ack, Attach, Dropped, Frame
 from memproto.limits import HEADER_BYTES, MAX_CLIENT_FRAME_BYTES, MAX_FRAME_BYTES

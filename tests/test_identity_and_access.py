@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Daemon, MiB, Target, wait_sample
+
 from memagent.client import Client
 from memproto.frames import Attached, Exited, Sample
 

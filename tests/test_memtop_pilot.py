@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from conftest import MiB, Daemon, Target
+from conftest import Daemon, MiB, Target
+from textual.pilot import Pilot
+
 from memtop.app import MemtopApp
 from memtop.widgets.header import MemHeader
 from memtop.widgets.table import ProcessTable
-from textual.pilot import Pilot
 
 
 async def until(pilot: Pilot[None], predicate: Callable[[], bool], timeout: float = 15.0) -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from memtop_replay import frames
+from textual.pilot import Pilot
+
 from memtop.app import MemtopApp
 from memtop.widgets.header import LinkState
-from textual.pilot import Pilot
 
 
 def replayed_app() -> MemtopApp:

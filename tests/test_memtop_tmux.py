@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-
 from conftest import Daemon, Target
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

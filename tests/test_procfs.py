@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from memagent.errors import AccessDenied, NoSuchProcess, NotUserProcess
 from memagent.history import PeakHistory
 from memagent.procfs import (
@@ -543,11 +544,11 @@ def test_history_keeps_the_max_within_a_slot() -> None:
     assert len(history) == 1
 
 
-def test_history_rounds_to_pages() -> None:
-    """Values are stored in pages: a partial page is dropped."""
+def test_history_rounds_to_kib() -> None:
+    """Values are stored in KiB: a partial KiB is dropped (RSS is whole pages anyway)."""
     history = PeakHistory(step=1.0, slots=4)
-    history.add(0.0, 3 * P + P // 2)
-    assert history.series()[1] == [3 * P]
+    history.add(0.0, 3 * P + 1536)
+    assert history.series()[1] == [3 * P + 1024]
 
 
 def test_history_fills_gaps_with_the_new_value() -> None:
@@ -611,6 +612,18 @@ def test_history_ignores_a_clock_going_backwards() -> None:
     assert history.series() == (12.0, [5 * P, 8 * P])
 
 
+def test_history_load_and_points_round_trip() -> None:
+    """A client loads a received series and charts it: same values, slot end times."""
+    source = PeakHistory(step=1.0, slots=10)
+    for t, v in [(100.2, 5 * P), (101.5, 7 * P), (101.9, 9 * P), (103.0, 4 * P)]:
+        source.add(t, v)
+    end, values = source.series()
+    copy = PeakHistory(step=1.0, slots=10)
+    copy.load(end, values)
+    assert copy.series() == (end, values)
+    assert copy.points() == [(101.0, 5 * P), (102.0, 9 * P), (103.0, 4 * P), (104.0, 4 * P)]
+
+
 def test_history_end_time_is_the_end_of_the_last_slot() -> None:
     """end_time is when the last slot ends, on the step grid, not the sample's time."""
     history = PeakHistory(step=0.5, slots=10)
@@ -624,7 +637,7 @@ def test_history_end_time_is_the_end_of_the_last_slot() -> None:
 
 
 def test_history_clamps_huge_values() -> None:
-    """A value beyond 2**32 pages saturates instead of raising OverflowError in the sampler."""
+    """A value beyond 2**32 KiB saturates instead of raising OverflowError in the sampler."""
     history = PeakHistory(step=1.0, slots=2)
-    history.add(0.0, 2**33 * P)
-    assert history.series()[1] == [0xFFFFFFFF * P]
+    history.add(0.0, 2**33 * 1024)
+    assert history.series()[1] == [0xFFFFFFFF * 1024]

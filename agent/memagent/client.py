@@ -6,10 +6,10 @@ id; events that arrive meanwhile are kept for :meth:`Client.events`.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import socket
 from collections import deque
-import builtins
 from collections.abc import Iterator
 from typing import TypeVar
 

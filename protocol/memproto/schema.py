@@ -71,13 +71,18 @@ def _check_scalar(value: Any, path: str) -> Any:
     _fail(path, "int, float, bool, str or nil", value)
 
 
+def _check_any(value: Any, path: str) -> Any:
+    """``Any``: the frame's own ``validate()`` checks these values (sample rows)."""
+    return value
+
+
 _SCALARS: dict[Any, Checker] = {
     int: _check_int,
     float: _check_float,
     str: _check_str,
     bool: _check_bool,
     object: _check_scalar,
-    Any: _check_scalar,
+    Any: _check_any,
 }
 
 
@@ -89,6 +94,14 @@ def _optional(inner: Checker) -> Checker:
 
 
 def _list_of(inner: Checker) -> Checker:
+    if inner is _check_any:
+        def check_shallow(value: Any, path: str) -> list[Any]:
+            if type(value) is not list:
+                _fail(path, "array", value)
+            return value
+
+        return check_shallow
+
     def check(value: Any, path: str) -> list[Any]:
         if type(value) is not list:
             _fail(path, "array", value)

@@ -10,10 +10,13 @@ exception.
 from __future__ import annotations
 
 import bisect
-from collections import deque
-from dataclasses import dataclass, field, replace
+from array import array
+from dataclasses import dataclass
 
 from memproto.frames import DaemonStatus, ProcessInfo, Sample, Series
+from memproto.series import PeakSeries
+
+MiB = 1024 * 1024
 
 Key = tuple[int, float]
 
@@ -99,32 +102,95 @@ class Snapshot:
         return None
 
 
-@dataclass(slots=True)
+class GrowthWindow:
+    """Least-squares slope of RSS over about the last minute, in O(1) time and ~1 KB per
+    process: points at least ``spacing`` seconds apart go into a fixed ring, and running
+    sums are updated as points enter and leave (1000 processes at 4 Hz stay cheap).
+
+    Values are kept in MiB and times relative to the first sample, so the sums stay far
+    from float64's precision limit.
+    """
+
+    __slots__ = ("_count", "_head", "_last", "_n", "_origin", "_st", "_stt", "_stv", "_sv", "_t", "_v", "spacing")
+
+    def __init__(self, seconds: float = GROWTH_WINDOW, spacing: float = 1.0) -> None:
+        self.spacing = spacing
+        size = max(3, int(seconds / spacing) + 1)
+        self._t = array("d", bytes(8 * size))
+        self._v = array("d", bytes(8 * size))
+        self._head = 0
+        self._count = 0
+        self._origin: float | None = None
+        self._last = -1e18
+        self._n = 0
+        self._st = self._sv = self._stt = self._stv = 0.0
+
+    def add(self, now: float, rss: int) -> None:
+        if self._origin is None:
+            self._origin = now
+        t = now - self._origin
+        if t - self._last < self.spacing:
+            return
+        self._last = t
+        v = rss / MiB
+        size = len(self._t)
+        i = self._head
+        if self._count == size:  # the oldest point leaves the window
+            ot, ov = self._t[i], self._v[i]
+            self._st -= ot
+            self._sv -= ov
+            self._stt -= ot * ot
+            self._stv -= ot * ov
+        else:
+            self._count += 1
+        self._t[i], self._v[i] = t, v
+        self._head = (i + 1) % size
+        self._st += t
+        self._sv += v
+        self._stt += t * t
+        self._stv += t * v
+
+    def slope(self) -> float | None:
+        """Bytes per second; None until 3 points span at least 2 s."""
+        n = self._count
+        if n < 3:
+            return None
+        size = len(self._t)
+        oldest = self._t[(self._head - n) % size]
+        newest = self._t[(self._head - 1) % size]
+        if newest - oldest < 2.0:
+            return None
+        den = n * self._stt - self._st * self._st
+        if den <= 1e-9:
+            return None
+        return (n * self._stv - self._st * self._sv) / den * MiB
+
+
 class _Proc:
-    row: ProcRow
-    recent: deque[tuple[float, int]] = field(default_factory=deque)
-    history: deque[tuple[float, int]] = field(default_factory=deque)
+    """Mutable per-process state; :meth:`row` freezes it into a :class:`ProcRow`."""
 
+    __slots__ = ("alive", "anon", "growth", "info", "peak", "rss", "swap", "trail")
 
-def _slope(points: deque[tuple[float, int]]) -> float | None:
-    """Least-squares slope (bytes/s) of ``(time, rss)`` points spanning at least 2 s."""
-    if len(points) < 3 or points[-1][0] - points[0][0] < 2.0:
-        return None
-    n = len(points)
-    t0 = points[0][0]
-    mt = sum(t - t0 for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    num = sum((t - t0 - mt) * (v - mv) for t, v in points)
-    den = sum((t - t0 - mt) ** 2 for t, _ in points)
-    return num / den if den > 0 else None
+    def __init__(self, info: ProcessInfo) -> None:
+        self.growth = GrowthWindow()
+        #: Peak-preserving RSS per second for the chart: 2.4 KB per process.
+        self.trail = PeakSeries(1.0, int(HISTORY_SECONDS))
+        self.set_info(info)
 
+    def set_info(self, p: ProcessInfo) -> None:
+        self.info = p
+        self.alive = p.alive
+        self.rss = p.rss_bytes
+        self.peak = p.rss_peak_bytes
+        self.anon = p.anon_bytes
+        self.swap = p.swap_bytes
 
-def _row_from_info(p: ProcessInfo) -> ProcRow:
-    return ProcRow(
-        pid=p.pid, start_time=p.start_time, name=p.name, label=p.label, cmdline=tuple(p.cmdline),
-        uid=p.uid, alive=p.alive, rss=p.rss_bytes, peak=p.rss_peak_bytes, anon=p.anon_bytes,
-        swap=p.swap_bytes, peak_exact=p.rss_peak_exact,
-    )
+    def row(self, share: float) -> ProcRow:
+        p = self.info
+        return ProcRow(
+            p.pid, p.start_time, p.name, p.label, tuple(p.cmdline), p.uid, self.alive, self.rss, self.peak,
+            self.anon, self.swap, p.rss_peak_exact, self.growth.slope() if self.alive else None, share,
+        )
 
 
 class FleetModel:
@@ -144,22 +210,26 @@ class FleetModel:
     # ------------------------------------------------------------------ frames in
 
     def set_processes(self, processes: list[ProcessInfo]) -> None:
-        """A full list (after connecting): replaces what was known."""
+        """A full list (after connecting): replaces what was known, keeping the history
+        and growth window of processes still listed."""
         old = self._procs
         self._procs = {}
         for p in processes:
-            self.upsert(p)
-            prev = old.get((p.pid, p.start_time))
-            if prev is not None:
-                self._procs[(p.pid, p.start_time)].history = prev.history
+            key = (p.pid, p.start_time)
+            proc = old.get(key)
+            if proc is None:
+                self._procs[key] = _Proc(p)
+            else:
+                proc.set_info(p)
+                self._procs[key] = proc
 
     def upsert(self, p: ProcessInfo) -> None:
         key = (p.pid, p.start_time)
         proc = self._procs.get(key)
         if proc is None:
-            self._procs[key] = _Proc(_row_from_info(p))
+            self._procs[key] = _Proc(p)
         else:
-            proc.row = _row_from_info(p)
+            proc.set_info(p)
 
     def remove(self, pid: int, start_time: float) -> None:
         self._procs.pop((pid, start_time), None)
@@ -167,47 +237,33 @@ class FleetModel:
     def mark_exited(self, pid: int, start_time: float, peak: int) -> None:
         proc = self._procs.get((pid, start_time))
         if proc is not None:
-            proc.row = replace(proc.row, alive=False, peak=max(proc.row.peak, peak), growth=None)
+            proc.alive = False
+            proc.peak = max(proc.peak, peak)
 
     def apply_history(self, step: float, series: list[Series]) -> None:
         for s in series:
             proc = self._procs.get((s.pid, s.start_time))
-            if proc is None or not s.rss_bytes:
-                continue
-            first = s.end_time - step * len(s.rss_bytes)
-            points = [(first + step * (i + 1), v) for i, v in enumerate(s.rss_bytes)]
-            newer = [pt for pt in proc.history if pt[0] > points[-1][0]]
-            proc.history = deque(points + newer)
+            if proc is not None and s.rss_bytes:
+                proc.trail.load(s.end_time, s.rss_bytes)
 
     def apply_sample(self, sample: Sample) -> None:
         self.seq = sample.seq
         self.time = sample.time
         self.interval = sample.interval
         now = sample.time
-        horizon_recent = now - GROWTH_WINDOW
-        horizon_history = now - HISTORY_SECONDS
+        procs = self._procs
         for rec in sample.records():
-            proc = self._procs.get((rec.pid, rec.start_time))
+            proc = procs.get((rec.pid, rec.start_time))
             if proc is None:
                 continue  # attached event not seen yet; the list on connect fills it
-            recent = proc.recent
             if rec.alive:
-                recent.append((now, rec.rss_bytes))
-                while recent and recent[0][0] < horizon_recent:
-                    recent.popleft()
-                history = proc.history
-                history.append((now, rec.rss_bytes))
-                while history and history[0][0] < horizon_history:
-                    history.popleft()
-            proc.row = replace(
-                proc.row,
-                alive=rec.alive,
-                rss=rec.rss_bytes,
-                peak=rec.rss_peak_bytes,
-                anon=rec.anon_bytes,
-                swap=rec.swap_bytes,
-                growth=_slope(recent) if rec.alive else None,
-            )
+                proc.growth.add(now, rec.rss_bytes)
+                proc.trail.add(now, rec.rss_bytes)
+            proc.alive = rec.alive
+            proc.rss = rec.rss_bytes
+            proc.peak = rec.rss_peak_bytes
+            proc.anon = rec.anon_bytes
+            proc.swap = rec.swap_bytes
 
     def apply_status(self, status: DaemonStatus) -> None:
         self.host = HostMem(status.host.total_bytes, status.host.available_bytes)
@@ -217,14 +273,13 @@ class FleetModel:
 
     def history(self, key: Key | None) -> list[tuple[float, int]]:
         proc = self._procs.get(key) if key else None
-        return list(proc.history) if proc else []
+        return proc.trail.points() if proc else []
 
     def snapshot(self) -> Snapshot:
-        rows = [p.row for p in self._procs.values()]
-        total = sum(r.peak for r in rows)
-        if total:
-            rows = [replace(r, share=r.peak / total) for r in rows]
-        return Snapshot(tuple(rows), self.seq, self.time, self.interval, self.host, total, self.dropped)
+        procs = self._procs.values()
+        total = sum(p.peak for p in procs)
+        rows = tuple(p.row(p.peak / total if total else 0.0) for p in procs)
+        return Snapshot(rows, self.seq, self.time, self.interval, self.host, total, self.dropped)
 
 
 # ---------------------------------------------------------------------- sorting

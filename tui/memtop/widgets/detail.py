@@ -24,14 +24,16 @@ def chart(points: list[tuple[float, int]], end: float, seconds: float, width: in
     best = max(range(width), key=lambda i: buckets[i] or -1, default=0)
     lines = []
     for level in range(CHART_ROWS, 0, -1):
-        line = Text()
-        for i, v in enumerate(buckets):
+        chars = []
+        for v in buckets:
             if v is None:
-                line.append(" ")
-                continue
-            eighths = v / top * CHART_ROWS * 8 - (level - 1) * 8
-            ch = _BLOCKS[max(0, min(8, round(eighths)))]
-            line.append(ch, style="bold red" if i == best and buckets[best] else "cyan")
+                chars.append(" ")
+            else:
+                eighths = v / top * CHART_ROWS * 8 - (level - 1) * 8
+                chars.append(_BLOCKS[max(0, min(8, round(eighths)))])
+        line = Text("".join(chars), style="cyan")
+        if buckets and buckets[best]:
+            line.stylize("bold red", best, best + 1)
         lines.append(line)
     return lines
 

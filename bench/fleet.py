@@ -1,0 +1,136 @@
+"""The watched processes of the benchmark: idle real processes in one process group.
+
+``Fleet(n, python=20)`` starts ``python`` idle Python interpreters
+(``python -c "import time; time.sleep(1e6)"`` with ``sys.executable``) and ``n - python``
+``sleep 100000`` processes. All of them join one new process group (the first one leads
+it), so :meth:`Fleet.stop` can kill them with a single ``killpg`` even when the
+benchmark dies half-way; every child is then also killed and reaped one by one. Each
+child also asks the kernel for SIGKILL when the benchmark itself dies (PR_SET_PDEATHSIG),
+which covers a benchmark killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+
+PYTHON_IDLE = "import time; time.sleep(1e6)"
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the benchmark dies, even by SIGKILL."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class Fleet:
+    def __init__(self, n: int, python: int = 20) -> None:
+        self.n = n
+        self.python = min(python, n)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.argv: dict[int, bytes] = {}
+        self.pgid: int | None = None
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def __enter__(self) -> Fleet:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _spawn(self, argv: list[str]) -> None:
+        p = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+            # 0: lead a new group; later ones join the leader's group.
+            process_group=0 if self.pgid is None else self.pgid,
+            preexec_fn=die_with_parent,
+        )
+        if self.pgid is None:
+            self.pgid = p.pid
+        self.procs.append(p)
+        self.argv[p.pid] = b"\0".join(a.encode() for a in argv) + b"\0"
+
+    def start(self, settle_timeout: float = 30.0) -> None:
+        try:
+            for i in range(self.n):
+                if i < self.python:
+                    self._spawn([sys.executable, "-c", PYTHON_IDLE])
+                else:
+                    self._spawn(["sleep", "100000"])
+            self._wait_idle(settle_timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_idle(self, timeout: float) -> None:
+        """Until every child has exec'd and sleeps, and the Pythons finished starting."""
+        deadline = time.monotonic() + timeout
+        pending = set(self.pids)
+        while pending and time.monotonic() < deadline:
+            for pid in list(pending):
+                try:
+                    with open(f"/proc/{pid}/stat", "rb") as f:
+                        stat = f.read()
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        cmdline = f.read()
+                except OSError:
+                    raise RuntimeError(f"fleet process {pid} died while starting") from None
+                state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
+                if cmdline == self.argv[pid] and state == b"S":
+                    pending.discard(pid)
+            if pending:
+                time.sleep(0.05)
+        if pending:
+            raise RuntimeError(f"{len(pending)} fleet processes did not settle within {timeout:g} s")
+        # Python interpreters sleep briefly during start-up too: wait for stable statm.
+        py = self.pids[: self.python]
+        before = [_statm(p) for p in py]
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            after = [_statm(p) for p in py]
+            if after == before:
+                return
+            before = after
+
+    def stop(self) -> None:
+        if self.pgid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pgid, signal.SIGKILL)
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=5)
+        self.procs = []
+        self.pgid = None
+
+
+def _statm(pid: int) -> bytes:
+    with open(f"/proc/{pid}/statm", "rb") as f:
+        return f.read()
+
+
+def proc_status_kb(pid: int | str, *keys: str) -> dict[str, int]:
+    """``VmRSS``-style fields of ``/proc/PID/status``, in kB."""
+    out: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in keys:
+                out[key] = int(value.split()[0])
+    return out

@@ -1,0 +1,101 @@
+"""memagent benchmark: ``make bench`` (or ``.venv/bin/python bench/run.py`` from the root).
+
+Prints a report; asserts nothing. See bench/README.md for what each number means.
+
+1. cost per process-sample of the whole path (collect + encode + send to a real
+   subscriber), at 100 and 1000 watched processes, and its split  (sample_path.py)
+2. baselines on the same processes: psutil memory_info(), fresh /proc reads
+3. the target line: <= 5 us per process-sample at 1000 processes
+4. the daemon's own RSS at 1000 processes with full history          (daemon_rss.py)
+5. tick regularity of the real daemon at 1000 processes, 0.1 s      (tick_regularity.py)
+
+All watched processes are children of this process in one process group, killed on the
+way out whatever happens (SIGTERM included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import daemon_rss  # noqa: E402
+import msgpack  # noqa: E402
+import psutil  # noqa: E402
+import sample_path  # noqa: E402
+import tick_regularity  # noqa: E402
+from fleet import Fleet  # noqa: E402
+
+from memagent.agent import raise_fd_limit  # noqa: E402
+
+PROCESSES = 1000
+PYTHONS = 20
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally blocks that kill children
+
+
+def _command() -> str:
+    root = os.path.dirname(HERE)
+    py = os.path.relpath(sys.executable, root) if sys.executable.startswith(root) else sys.executable
+    return f"cd {root} && {py} bench/run.py    (or: make bench)"
+
+
+def _load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, _terminate)
+    started = time.monotonic()
+    limit = raise_fd_limit()
+    print("memagent benchmark")
+    print(f"  reproduce: {_command()}")
+    print(f"  machine: {os.cpu_count()} CPUs, Linux {platform.release()}, Python {platform.python_version()}, "
+          f"psutil {psutil.__version__}, msgpack {'.'.join(map(str, msgpack.version))}, "
+          f"RLIMIT_NOFILE {limit}; {_load()} at start")
+    fleet = Fleet(PROCESSES, python=PYTHONS)
+    try:
+        t0 = time.monotonic()
+        fleet.start()
+        pids = fleet.pids
+        print(f"  fleet: {PYTHONS} idle python + {PROCESSES - PYTHONS} sleep processes, "
+              f"process group {fleet.pgid}, started in {time.monotonic() - t0:.1f} s")
+        print()
+
+        print("== 1-3. per process-sample cost: collect + encode + send to 1 real subscriber ==")
+        results = asyncio.run(sample_path.run_parts(pids))
+        print("\n".join(sample_path.report(results)))
+        print()
+
+        print(f"== 4. daemon RSS at {PROCESSES} watched processes ==")
+        print("\n".join(daemon_rss.report(daemon_rss.measure(pids), PROCESSES)))
+        print()
+
+        print("== 5. tick regularity ==")
+        print("\n".join(tick_regularity.report(tick_regularity.measure(pids), PROCESSES)))
+        print()
+    finally:
+        fleet.stop()
+
+    # memtop runs in its own process so that its RSS is its own.
+    print("== 6. memtop at 1000 rows ==", flush=True)
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "memtop_update.py")],
+                   check=False)
+    print()
+    print(f"done in {time.monotonic() - started:.0f} s; {_load()} at end (other load on the box skews wall times)")
+    print(f"reproduce: {_command()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
