@@ -64,7 +64,10 @@ def _info(i: int, label: str, alive: bool = True, rss: int = 0, peak: int = 0) -
 
 
 def frames() -> list[Frame]:
-    infos = [_info(i, label) for i, (label, *_rest) in enumerate(FLEET)]
+    infos = [
+        _info(i, label, rss=_rss(base, amp, shape, 0), peak=int((base + amp) * MiB))
+        for i, (label, base, amp, shape) in enumerate(FLEET)
+    ]
     exited = _info(len(FLEET), EXITED_LABEL, alive=False, rss=700 * MiB, peak=1900 * MiB)
     out: list[Frame] = [ListOk(1, [*infos, exited])]
     # Ten minutes of history for the first process: a slow climb with one tall peak.
@@ -80,7 +83,7 @@ def frames() -> list[Frame]:
     peaks = [0] * len(FLEET)
     for tick in range(TICKS):
         rows = []
-        for i, (label, base, amp, shape) in enumerate(FLEET):
+        for i, (_label, base, amp, shape) in enumerate(FLEET):
             rss = _rss(base, amp, shape, tick)
             peaks[i] = max(peaks[i], rss, int((base + amp) * MiB))
             rows.append([infos[i].pid, infos[i].start_time, True, rss, peaks[i], int(rss * 0.9), 0])

@@ -203,12 +203,13 @@ def test_admin_group_sees_everything(
 def test_auto_attach_existing_and_new_processes_by_name(
     start_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
-    exe = tmp_path / "mtest-model"
+    name = f"m{os.getpid() % 100000}-model"  # unique per test run; comm keeps 15 characters
+    exe = tmp_path / name
     shutil.copy("/bin/sleep", exe)
     procs = [subprocess.Popen([str(exe), "600"])]
     other = subprocess.Popen(["sleep", "600"])
     try:
-        d = start_daemon("--interval", "0.1", "--auto", "mtest-mod*", "--auto-label", "auto")
+        d = start_daemon("--interval", "0.1", "--auto", name[:-2] + "*", "--auto-label", "auto")
         with d.client() as c:
             c.subscribe()
             assert [p.pid for p in c.list()] == [procs[0].pid]

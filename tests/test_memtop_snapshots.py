@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from memtop_replay import frames
+from memtop_replay import MiB, frames
 from textual.pilot import Pilot
 
+from memproto.frames import Sample
 from memtop.app import MemtopApp
 from memtop.widgets.header import LinkState
+from memtop.widgets.table import ProcessTable
 
 
 def replayed_app() -> MemtopApp:
@@ -62,3 +64,25 @@ def test_disconnected_state(snap_compare: Any) -> None:
         await pilot.pause()
 
     assert snap_compare(replayed_app(), terminal_size=(100, 30), run_before=down)
+
+
+async def test_cursor_stays_on_its_process_when_rows_resort() -> None:
+    """Detach and reset act on the selected row: a re-sort must never move the selection."""
+    app = replayed_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await replay(pilot)
+        table = app.query_one(ProcessTable)
+        table.cursor = 3
+        chosen = table.rows[3].pid
+        # A new sample in which the chosen process becomes the biggest: it moves to the top.
+        sample = frames()[-2]
+        assert isinstance(sample, Sample)
+        rows = [list(r) for r in sample.rows]
+        for r in rows:
+            if r[0] == chosen:
+                r[3] = r[4] = 8 * 1024 * MiB
+        app.feed(Sample(sample.seq + 1, sample.time + 0.5, sample.interval, sample.fields, rows))
+        await pilot.pause()
+        assert table.rows[0].pid == chosen
+        assert table.selected is not None and table.selected.pid == chosen
+        assert app.selected_key == table.selected.key

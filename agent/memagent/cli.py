@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--admin-group", metavar="GROUP", help="members see every process, as root does")
     d.add_argument("--socket-group", metavar="GROUP", help="group of the socket file: its members may connect")
     d.add_argument("--history", type=_positive, default=600.0, metavar="SECONDS", help="history kept (600)")
+    d.add_argument("--status-refresh", type=_positive, default=1.0, metavar="SECONDS",
+                   help="longest time between two reads of an unchanged process's kernel peak and swap (1)")
     d.add_argument("-v", "--verbose", action="store_true")
 
     a = sub.add_parser("attach", parents=[common], help="start watching processes")
@@ -195,6 +197,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
+    # The daemon never speaks TLS, but asyncio imports ssl when it can (~6 MB of RSS on a
+    # box where memory is the point): make that import fail, which asyncio handles.
+    if "asyncio" not in sys.modules and "ssl" not in sys.modules:
+        sys.modules["ssl"] = None  # type: ignore[assignment]
     from .agent import AgentConfig
     from .daemon import run_daemon, setup_logging
 
@@ -207,6 +213,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         admin_group=args.admin_group,
         socket_group=args.socket_group,
         history_seconds=args.history,
+        status_refresh=args.status_refresh,
     )
     return run_daemon(config)
 

@@ -49,13 +49,13 @@ class ClientSession:
 
     # ------------------------------------------------------------------ sending
 
-    def send(self, frame: Frame) -> None:
-        """Queue a reply or event; never dropped. A reply too large for one frame is
-        replaced by an error that says so."""
+    def send(self, frame: Frame | bytes, request_id: int | None = None) -> None:
+        """Queue a reply or event (a frame, or an encoded payload); never dropped. A reply
+        too large for one frame is replaced by an error that says so."""
         try:
-            framed = frame_bytes(encode(frame))
+            framed = frame_bytes(frame if isinstance(frame, bytes) else encode(frame))
         except FrameTooLarge as exc:
-            request_id = getattr(frame, "id", None)
+            request_id = getattr(frame, "id", request_id)
             framed = frame_bytes(encode(Error(request_id, "too_large", f"reply {exc}; ask for less")))
         self.send_event(framed)
 

@@ -6,9 +6,10 @@ reply holds) read in one place.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from memproto import encode_history_ok
 from memproto.frames import (
     Ack,
     Attach,
@@ -19,7 +20,6 @@ from memproto.frames import (
     Failure,
     Frame,
     History,
-    HistoryOk,
     ListOk,
     ListProcesses,
     ProcessInfo,
@@ -52,7 +52,7 @@ def _invalid(pid: int) -> Failure:
 class Dispatcher:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self._handlers: dict[type[Frame], Callable[[ClientSession, Frame], Frame]] = {
+        self._handlers: dict[type[Frame], Callable[[ClientSession, Frame], Frame | bytes]] = {
             Attach: self.attach,  # type: ignore[dict-item]
             Detach: self.detach,  # type: ignore[dict-item]
             ResetPeaks: self.reset_peaks,  # type: ignore[dict-item]
@@ -63,7 +63,8 @@ class Dispatcher:
             Status: self.status,  # type: ignore[dict-item]
         }
 
-    def handle(self, session: ClientSession, request: Frame) -> Frame:
+    def handle(self, session: ClientSession, request: Frame) -> Frame | bytes:
+        """The reply: a frame, or an already encoded payload (large replies)."""
         handler = self._handlers.get(type(request))
         if handler is None:
             return Error(getattr(request, "id", None), "unknown_request", f"{request.TYPE!r} is not a request")
@@ -127,15 +128,17 @@ class Dispatcher:
         session.subscribed = False
         return Ack(req.id)
 
-    def history(self, session: ClientSession, req: History) -> HistoryOk:
+    def history(self, session: ClientSession, req: History) -> bytes:
+        """Encoded series by series (see :func:`memproto.encode_history_ok`)."""
         wanted = set(req.pids)
-        series = []
-        for w in self._visible(session):
-            if wanted and w.pid not in wanted:
-                continue
-            end, values = w.history.series(req.seconds)
-            series.append(Series(w.pid, w.start_time, end, values))
-        return HistoryOk(req.id, self.agent.registry.history_step, series)
+        chosen = [w for w in self._visible(session) if not wanted or w.pid in wanted]
+
+        def series() -> Iterator[Series]:
+            for w in chosen:
+                end, values = w.history.series(req.seconds)
+                yield Series(w.pid, w.start_time, end, values)
+
+        return encode_history_ok(req.id, self.agent.registry.history_step, series(), len(chosen))
 
     def status(self, session: ClientSession, req: Status) -> StatusOk:
         return StatusOk(req.id, self.agent.status(session.access))

@@ -211,11 +211,14 @@ class Registry:
         w.restart_window(now, exact)
         return w
 
-    def mark_exited(self, w: Watched, now: float) -> None:
-        w.mark_exited(now)
-        log.info("%d (%s) exited; peak %d bytes", w.pid, w.label or w.name, w.peak)
+    def mark_exited(self, gone: list[Watched], now: float) -> None:
+        """Processes found exited in one tick: one rebuild, however many there are."""
+        for w in gone:
+            w.mark_exited(now)
+            log.info("%d (%s) exited; peak %d bytes", w.pid, w.label or w.name, w.peak)
         self._rebuild_alive()
-        self.events.exited(w)
+        for w in gone:
+            self.events.exited(w)
         self._bound_exited()
 
     def _bound_exited(self) -> None:

@@ -91,7 +91,7 @@ class Server:
         path: str,
         *,
         policy: AccessPolicy,
-        handle_request: Callable[[ClientSession, Frame], Frame],
+        handle_request: Callable[[ClientSession, Frame], Frame | bytes],
         interval: float,
         socket_gid: int | None = None,
         max_clients: int = 64,
@@ -208,13 +208,14 @@ class Server:
         if isinstance(frame, Hello):
             session.send(Error(None, "protocol", "hello sent twice"))
             return
+        reply: Frame | bytes
         try:
             reply = self.handle_request(session, frame)
         except (MemagentError, OSError, ValueError) as exc:
             # A bug or an unexpected /proc state must cost this request, not the session.
             log.exception("%s: %s failed", session.name, frame.TYPE)
             reply = Error(request_id, "internal", f"{frame.TYPE} failed: {type(exc).__name__}: {exc}")
-        session.send(reply)
+        session.send(reply, request_id)
 
     def _greet(self, session: ClientSession, frame: Frame) -> None:
         if not isinstance(frame, Hello) or frame.role != "client":

@@ -8,13 +8,14 @@ does not know) and a server answers with an error.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgpack
 
 from . import limits
 from .errors import IncompatibleVersion, ProtocolError
-from .frames import FRAME_TYPES, SAMPLE_FIELDS, Frame
+from .frames import FRAME_TYPES, SAMPLE_FIELDS, Frame, Series
 from .schema import from_wire, to_wire
 from .version import PROTOCOL_MAJOR, compatible
 
@@ -50,6 +51,21 @@ def encode_sample(seq: int, time: float, interval: float, rows: list[list[Any]])
         "rows": rows,
     }
     return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def encode_history_ok(request_id: int, step: float, series: Iterable[Series], count: int) -> bytes:
+    """A ``history_ok`` frame encoded series by series, so that the agent never holds the
+    values of every process as Python objects at once (1000 x 600 ints)."""
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+    packer.pack_map_header(5)
+    for key, value in (("t", "history_ok"), ("v", PROTOCOL_MAJOR), ("id", request_id), ("step", step)):
+        packer.pack(key)
+        packer.pack(value)
+    packer.pack("series")
+    packer.pack_array_header(count)
+    for s in series:
+        packer.pack({"pid": s.pid, "start_time": s.start_time, "end_time": s.end_time, "rss_bytes": s.rss_bytes})
+    return packer.bytes()  # type: ignore[no-any-return]
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:

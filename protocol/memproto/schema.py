@@ -167,5 +167,12 @@ def to_wire(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_wire(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, list | tuple):
+        # Lists are homogeneous in this protocol: a list of scalars needs no walk
+        # (a history series holds 600 ints per process).
+        if not obj or type(obj[0]) in _PLAIN:
+            return obj
         return [to_wire(item) for item in obj]
     return obj
+
+
+_PLAIN = (int, float, str, bool, type(None))

@@ -152,8 +152,11 @@ class ProcessTable(ScrollView, can_focus=True):
 
     # ------------------------------------------------------------------ data
 
-    def set_rows(self, rows: list[ProcRow], available: set[str], keep: Key | None) -> None:
-        """Show ``rows`` (already sorted and filtered); keep the cursor on ``keep``."""
+    def set_rows(self, rows: list[ProcRow], available: set[str], keep: Key | None = None) -> None:
+        """Show ``rows`` (already sorted and filtered). The cursor stays on the process it
+        was on (the table's own selection is the truth: the app learns of cursor moves
+        by message, so its copy may lag); ``keep`` is used only when the table had none."""
+        keep = self.selected_key or keep
         self.rows = rows
         self.available = available
         index = next((i for i, r in enumerate(rows) if r.key == keep), None)
