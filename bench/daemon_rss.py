@@ -17,6 +17,14 @@ allocated but not filled (what the daemon holds right after attaching); 1-slot h
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__" and "--child" in sys.argv:
+    # Measure the daemon as `memagent daemon` runs it: without asyncio's ssl import.
+    from memagent.slim import skip_tls_import
+
+    skip_tls_import()
+
 import argparse
 import asyncio
 import contextlib
@@ -83,7 +91,8 @@ def child_main(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         reply = agent.dispatcher.history(Admin(), History(0, [], None))  # type: ignore[arg-type]
         t1 = time.perf_counter()
-        data = frame_bytes(encode(reply))
+        # Large replies come already encoded (series by series), others as frames.
+        data = frame_bytes(reply if isinstance(reply, bytes) else encode(reply))
         t2 = time.perf_counter()
         print(json.dumps({"build_ms": (t1 - t0) * 1000, "encode_ms": (t2 - t1) * 1000, "bytes": len(data)}),
               flush=True)

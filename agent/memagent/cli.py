@@ -197,10 +197,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
-    # The daemon never speaks TLS, but asyncio imports ssl when it can (~6 MB of RSS on a
-    # box where memory is the point): make that import fail, which asyncio handles.
-    if "asyncio" not in sys.modules and "ssl" not in sys.modules:
-        sys.modules["ssl"] = None  # type: ignore[assignment]
+    from .slim import skip_tls_import
+
+    skip_tls_import()
     from .agent import AgentConfig
     from .daemon import run_daemon, setup_logging
 
