@@ -34,7 +34,7 @@ class MemHeader(Widget):
     link: reactive[LinkState] = reactive(LinkState, layout=True)
 
     def render(self) -> RenderableType:
-        lines = [self._status_line(), self._host_line(), self._peaks_line()]
+        lines = [self._status_line(), self._host_line(), self._peaks_line(), *self._gpu_lines()]
         if self.link.embedded:
             lines.append(Text(EMBEDDED_NOTE, style="italic"))
         return Group(*lines)
@@ -76,6 +76,10 @@ class MemHeader(Widget):
     def _host_line(self) -> Text:
         host = self.snapshot.host
         return self._gauge("Host", host.used if host else 0, host.total if host else None, 0.75, 0.9)
+
+    def _gpu_lines(self) -> list[Text]:
+        """One bar per GPU once the daemon reports GPU memory; none on a box without."""
+        return []
 
     def _peaks_line(self) -> Text:
         # Until the headroom model lands, Σ peaks is measured against total memory.
