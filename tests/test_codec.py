@@ -15,6 +15,7 @@ import pytest
 from memproto import (
     FRAME_TYPES,
     PROTOCOL_MAJOR,
+    SAMPLE_COLUMNS,
     SAMPLE_FIELDS,
     Frame,
     IncompatibleVersion,
@@ -63,6 +64,7 @@ from memproto.frames import (
 from memproto.schema import to_wire
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 
 TRAINER = ProcessInfo(
     pid=4242,
@@ -225,8 +227,9 @@ def test_round_trip_keeps_nested_types() -> None:
 
 
 def test_encode_sample_decodes_to_records() -> None:
-    """The per-tick fast path must produce frames the validating decoder accepts."""
-    frame = decode(encode_sample(960, 1_700_000_960.0, 1.0, SAMPLE_ROWS))
+    """The per-tick fast path must produce frames the validating decoder accepts; a v1.0
+    frame (no GPU columns) decodes with the v1.1 columns nil."""
+    frame = decode(encode_sample(960, 1_700_000_960.0, 1.0, SAMPLE_ROWS, SAMPLE_FIELDS))
     assert isinstance(frame, Sample)
     assert frame.fields == list(SAMPLE_FIELDS)
     assert (frame.seq, frame.time, frame.interval) == (960, 1_700_000_960.0, 1.0)
@@ -589,11 +592,25 @@ def test_sample_with_appended_column() -> None:
     fields = [*SAMPLE_FIELDS, "pss_bytes"]
     rows = [[*row, 300 * MiB] for row in SAMPLE_ROWS]
     frame = decode(sample_payload(fields, rows))
-    plain = decode(encode_sample(1, 1.0, 1.0, SAMPLE_ROWS))
+    plain = decode(encode_sample(1, 1.0, 1.0, SAMPLE_ROWS, SAMPLE_FIELDS))
     assert isinstance(frame, Sample)
     assert isinstance(plain, Sample)
     assert frame.records() == plain.records()
     assert frame.records()[0].swap_bytes == 2 * MiB
+
+
+def test_sample_v11_gpu_columns() -> None:
+    """v1.1 appends vram_bytes and vram_peak_bytes: int, or nil when unknown."""
+    rows = [[*SAMPLE_ROWS[0], 3 * GiB, 4 * GiB], [*SAMPLE_ROWS[1], None, None]]
+    frame = decode(encode_sample(1, 1.0, 1.0, rows))
+    assert isinstance(frame, Sample)
+    assert frame.fields == list(SAMPLE_COLUMNS)
+    first, second = frame.records()
+    assert (first.vram_bytes, first.vram_peak_bytes) == (3 * GiB, 4 * GiB)
+    assert (second.vram_bytes, second.vram_peak_bytes) == (None, None)
+    bad = [[*SAMPLE_ROWS[0], "3", None]]
+    with pytest.raises(ProtocolError, match=r"rows\[0\]"):
+        decode(encode_sample(1, 1.0, 1.0, bad))
 
 
 def test_sample_with_reordered_columns() -> None:

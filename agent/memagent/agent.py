@@ -15,12 +15,13 @@ import resource
 import time
 from dataclasses import dataclass, field
 
-from memproto.frames import DaemonStatus, HostMemory
+from memproto.frames import DaemonStatus, GpuInfo, GpuUse, HostMemory
 
 from . import SOFTWARE
 from .auth import Access, AccessPolicy, resolve_group
 from .autoattach import Scanner
 from .dispatch import Dispatcher
+from .gpu import DeviceReading, Nvml, in_host_pid_namespace
 from .procfs import ProcFS
 from .registry import Registry
 from .sampler import Sampler, Ticker
@@ -47,6 +48,8 @@ class AgentConfig:
     scan_interval: float = 1.0
     max_exited: int = 256
     max_clients: int = 64
+    #: Read GPU memory through NVML (when a driver is there).
+    gpu: bool = True
 
 
 def raise_fd_limit() -> int:
@@ -86,13 +89,38 @@ class Agent:
         self.registry.events = self.server
         self.ticker = Ticker(config.interval, self.on_tick)
         self._scan_every = max(1, round(config.scan_interval / config.interval))
+        self.gpu = Nvml()
+        self.gpu_devices: list[DeviceReading] = []
+        self.host_pid_namespace = in_host_pid_namespace()
+        #: Ticks between forced reads of the driver's per-process peak (as for VmHWM).
+        self._exact_every = max(1, round(config.status_refresh / config.interval))
 
     def on_tick(self, now: float) -> None:
         if self.ticker.ticks % self._scan_every == 1 or self._scan_every == 1:
             self.scanner.scan()
         self.sampler.sample(now)
+        if self.gpu.available:
+            self.sample_gpu()
         rows, uids = self.sampler.rows()
         self.server.broadcast_sample(self.ticker.ticks, now, rows, uids)
+
+    def sample_gpu(self) -> None:
+        """One NVML read per device, then each watched process's share of it."""
+        reading = self.gpu.read()
+        self.gpu_devices = reading.devices
+        uuid = {d.index: d.uuid for d in reading.devices}
+        accounting = {d.index for d in reading.devices if d.accounting and not d.lost}
+        due = self.ticker.ticks % self._exact_every == 0
+        for w in self.registry.alive:
+            uses = reading.usage.get(w.pid, ())
+            before = {g.index: g.used_bytes for g in w.vram_gpus}
+            exact: dict[int, int] = {}
+            for index, used in uses:
+                if index in accounting and (due or before.get(index, -1) != used):
+                    peak = self.gpu.accounting_max(index, w.pid)
+                    if peak is not None:
+                        exact[index] = peak
+            w.set_vram([GpuUse(i, uuid[i], used) for i, used in uses], exact)
 
     def status(self, access: Access) -> DaemonStatus:
         visible = self.registry.visible(access.may_watch)
@@ -116,12 +144,26 @@ class Agent:
             tick=self.ticker.stats(),
             host=host,
             dropped_samples=self.server.dropped_samples,
+            gpu_available=self.gpu.available,
+            gpus=[GpuInfo(d.index, d.name, d.uuid, d.total, d.used, d.lost) for d in self.gpu_devices],
+            gpu_note=self.gpu.note,
+            host_pid_namespace=self.host_pid_namespace,
         )
 
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         """Serve until ``stop`` is set; the socket file is removed on the way out."""
         raise_fd_limit()
         await self.server.start()
+        if self.config.gpu:
+            self.gpu.start()
+            if self.gpu.available:
+                self.gpu_devices = self.gpu.read().devices
+                if not self.host_pid_namespace:
+                    log.warning("this agent runs in a nested PID namespace but NVML reports host PIDs: "
+                                "per-process GPU memory will not match; run it in the host PID namespace "
+                                "(e.g. docker --pid=host)")
+        else:
+            self.gpu.note = "disabled (--no-gpu)"
         log.info("sampling every %g s%s", self.config.interval,
                  f", auto-attaching {', '.join(self.config.auto)}" if self.config.auto else "")
         if self.config.auto:
@@ -137,4 +179,5 @@ class Agent:
                 await ticker
             await self.server.close()
             self.registry.close()
+            self.gpu.close()
             log.info("stopped")

@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--history", type=_positive, default=600.0, metavar="SECONDS", help="history kept (600)")
     d.add_argument("--status-refresh", type=_positive, default=1.0, metavar="SECONDS",
                    help="longest time between two reads of an unchanged process's kernel peak and swap (1)")
+    d.add_argument("--no-gpu", action="store_true", help="do not read GPU memory through NVML")
     d.add_argument("-v", "--verbose", action="store_true")
 
     a = sub.add_parser("attach", parents=[common], help="start watching processes")
@@ -111,16 +112,22 @@ def _report_failures(failed: list[Failure]) -> int:
 
 
 def format_table(processes: list[ProcessInfo]) -> str:
-    header = f"{'PID':>7}  {'NAME':<20} {'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}  {'STATE':<6} COMMAND"
+    gpu = any(p.vram_bytes is not None or p.vram_peak_bytes is not None for p in processes)
+    vram_title = f" {'VRAM':>10} {'VPEAK':>10}" if gpu else ""
+    header = f"{'PID':>7}  {'NAME':<20} {'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}{vram_title}  {'STATE':<6} COMMAND"
     lines = [header]
     for p in sorted(processes, key=lambda p: p.rss_peak_bytes, reverse=True):
         name = p.label or p.name
         state = "alive" if p.alive else "exited"
         peak = human_bytes(p.rss_peak_bytes) + ("" if p.rss_peak_exact else "~")
         cmd = " ".join(p.cmdline)[:60]
+        vram = ""
+        if gpu:
+            vpeak = human_bytes(p.vram_peak_bytes) + ("" if p.vram_peak_exact or p.vram_peak_bytes is None else "~")
+            vram = f" {human_bytes(p.vram_bytes):>10} {vpeak:>10}"
         lines.append(
             f"{p.pid:>7}  {name[:20]:<20} {human_bytes(p.rss_bytes):>10} {peak:>10} "
-            f"{human_bytes(p.anon_bytes):>10} {human_bytes(p.swap_bytes):>9}  {state:<6} {cmd}"
+            f"{human_bytes(p.anon_bytes):>10} {human_bytes(p.swap_bytes):>9}{vram}  {state:<6} {cmd}"
         )
     return "\n".join(lines)
 
@@ -193,6 +200,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     h = status.host
     print(f"host memory: {human_bytes(h.total_bytes - h.available_bytes)} used of {human_bytes(h.total_bytes)}, "
           f"swap {human_bytes(h.swap_total_bytes - h.swap_free_bytes)} of {human_bytes(h.swap_total_bytes)}")
+    if not status.gpu_available:
+        print(f"GPU memory: not available ({status.gpu_note or 'unknown reason'})")
+    for g in status.gpus:
+        state = "LOST" if g.lost else f"{human_bytes(g.used_bytes)} used of {human_bytes(g.total_bytes)}"
+        print(f"GPU {g.index}: {g.name} {g.uuid}: {state}")
+    if not status.host_pid_namespace:
+        print("warning: the daemon is in a nested PID namespace; NVML's host PIDs will not match "
+              "(run it in the host PID namespace)")
     return EXIT_OK
 
 
@@ -213,6 +228,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         socket_group=args.socket_group,
         history_seconds=args.history,
         status_refresh=args.status_refresh,
+        gpu=not args.no_gpu,
     )
     return run_daemon(config)
 

@@ -14,8 +14,9 @@ the peak becomes the maximum of samples: ``rss_peak_exact`` says which.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from memproto.frames import ProcessInfo, ProcessRef
+from memproto.frames import GpuUse, ProcessInfo, ProcessRef
 
 from .history import PeakHistory
 from .procfs import PAGE_SIZE, ProcessHandle
@@ -51,6 +52,10 @@ class Watched:
         "status_fd",
         "swap",
         "uid",
+        "vram",
+        "vram_gpus",
+        "vram_peaks",
+        "vram_sampled_only",
     )
 
     def __init__(
@@ -89,6 +94,12 @@ class Watched:
         self.follow_may_watch: Callable[[int], bool] | None = None
         self.history = history
         self.row: list[object] = []
+        #: GPU memory: None until NVML reports (or when it cannot), see :meth:`set_vram`.
+        self.vram: int | None = None
+        self.vram_gpus: list[GpuUse] = []
+        #: Per GPU index: [peak bytes, exact (from the driver's accounting)].
+        self.vram_peaks: dict[int, list[Any]] = {}
+        self.vram_sampled_only = False
         # Raw descriptors for the sampler's hot loop (no wrapper call per read).
         self.statm_fd = handle._statm
         self.status_fd = handle._status
@@ -111,12 +122,50 @@ class Watched:
             self.swap = swap
         if self.rss > self.sampled_max:
             self.sampled_max = self.rss
-        self.row = [self.pid, self.start_time, True, self.rss, self.peak, self.anon, self.swap]
+        self._build_row()
+
+    def _build_row(self) -> None:
+        """The sample-frame row, in :data:`memproto.frames.SAMPLE_COLUMNS` order."""
+        self.row = [self.pid, self.start_time, self.alive, self.rss, self.peak, self.anon, self.swap,
+                    self.vram, self.vram_peak]
+
+    @property
+    def vram_peak(self) -> int | None:
+        if not self.vram_peaks:
+            return self.vram  # None (unknown) or 0 (known: none held)
+        return int(sum(p[0] for p in self.vram_peaks.values()))
+
+    @property
+    def vram_peak_exact(self) -> bool:
+        return bool(self.vram_peaks) and all(p[1] for p in self.vram_peaks.values())
+
+    def set_vram(self, gpus: list[GpuUse], exact_peaks: dict[int, int]) -> None:
+        """This tick's GPU memory (``gpus`` empty: none held) and, per GPU index, the
+        driver's high-water mark where accounting gives one."""
+        self.vram_gpus = gpus
+        used = [g.used_bytes for g in gpus]
+        self.vram = None if any(u is None for u in used) else sum(u for u in used if u is not None)
+        for g in gpus:
+            peak = self.vram_peaks.setdefault(g.index, [0, False])
+            if g.used_bytes is not None and g.used_bytes > peak[0]:
+                peak[0] = g.used_bytes
+            exact = None if self.vram_sampled_only else exact_peaks.get(g.index)
+            if exact is not None:
+                peak[0] = max(peak[0], exact)
+                peak[1] = True
+        self._build_row()
+
+    def clear_vram(self) -> None:
+        """NVML is not available: GPU memory is unknown, not zero."""
+        if self.vram is not None or self.vram_gpus:
+            self.vram = None
+            self.vram_gpus = []
+            self._build_row()
 
     def mark_exited(self, now: float) -> None:
         self.alive = False
         self.exited_at = now
-        self.row = [self.pid, self.start_time, False, self.rss, self.peak, self.anon, self.swap]
+        self._build_row()
         self.handle.close()
         self.statm_fd = self.status_fd = -1
 
@@ -127,6 +176,10 @@ class Watched:
         self.hwm = self.rss if exact else 0
         self.last_statm = b""  # re-read status on the next tick
         self.status_due = 0
+        # The driver's accounting maximum covers the process's whole life and cannot be
+        # reset: from here on the GPU peak is sampled (vram_peak_exact false).
+        self.vram_peaks = {g.index: [g.used_bytes or 0, False] for g in self.vram_gpus}
+        self.vram_sampled_only = True
 
     def info(self) -> ProcessInfo:
         return ProcessInfo(
@@ -145,6 +198,10 @@ class Watched:
             swap_bytes=self.swap,
             rss_peak_exact=self.peak_exact,
             peak_since=self.peak_since,
+            vram_bytes=self.vram,
+            vram_peak_bytes=self.vram_peak,
+            vram_peak_exact=self.vram_peak_exact,
+            gpus=list(self.vram_gpus),
         )
 
     def ref(self) -> ProcessRef:

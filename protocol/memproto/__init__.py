@@ -8,7 +8,7 @@ framing, no sockets and no policy. See ``docs/protocol.md``.
 from .codec import UnknownFrameType, decode, decode_body, encode, encode_history_ok, encode_sample, unpack
 from .errors import FrameTooLarge, IncompatibleVersion, ProtocolError
 from .frames import *  # noqa: F403
-from .frames import FRAME_TYPES, SAMPLE_FIELDS, Frame
+from .frames import FRAME_TYPES, SAMPLE_COLUMNS, SAMPLE_FIELDS, Frame
 from .framing import FrameBuffer, frame_bytes
 from .version import PROTOCOL_MAJOR, PROTOCOL_MINOR, PROTOCOL_VERSION, compatible
 
@@ -17,6 +17,7 @@ __all__ = [
     "PROTOCOL_MAJOR",
     "PROTOCOL_MINOR",
     "PROTOCOL_VERSION",
+    "SAMPLE_COLUMNS",
     "SAMPLE_FIELDS",
     "Frame",
     "FrameBuffer",

@@ -15,7 +15,7 @@ import msgpack
 
 from . import limits
 from .errors import IncompatibleVersion, ProtocolError
-from .frames import FRAME_TYPES, SAMPLE_FIELDS, Frame, Series
+from .frames import FRAME_TYPES, SAMPLE_COLUMNS, Frame, Series
 from .schema import from_wire, to_wire
 from .version import PROTOCOL_MAJOR, compatible
 
@@ -36,10 +36,13 @@ def encode(frame: Frame) -> bytes:
     return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
 
 
-def encode_sample(seq: int, time: float, interval: float, rows: list[list[Any]]) -> bytes:
+def encode_sample(
+    seq: int, time: float, interval: float, rows: list[list[Any]], fields: tuple[str, ...] = SAMPLE_COLUMNS
+) -> bytes:
     """Fast path for the per-tick frame: rows go to msgpack's C packer untouched.
 
-    ``rows`` must follow :data:`~memproto.frames.SAMPLE_FIELDS`.
+    ``rows`` follow ``fields``: :data:`~memproto.frames.SAMPLE_COLUMNS` (what this agent
+    sends), or v1.0's :data:`~memproto.frames.SAMPLE_FIELDS`.
     """
     body = {
         "t": "sample",
@@ -47,7 +50,7 @@ def encode_sample(seq: int, time: float, interval: float, rows: list[list[Any]])
         "seq": seq,
         "time": time,
         "interval": interval,
-        "fields": SAMPLE_FIELDS,
+        "fields": fields,
         "rows": rows,
     }
     return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]

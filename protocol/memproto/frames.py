@@ -20,6 +20,17 @@ from .schema import wire
 
 @wire
 @dataclass(frozen=True, slots=True)
+class GpuUse:
+    """A process's memory on one GPU (v1.1)."""
+
+    index: int
+    uuid: str
+    #: nil: the driver does not say (shown as n/a, never as 0).
+    used_bytes: int | None
+
+
+@wire
+@dataclass(frozen=True, slots=True)
 class ProcessInfo:
     """Everything known about one watched process, as listed by ``memagent ls``."""
 
@@ -42,6 +53,16 @@ class ProcessInfo:
     rss_peak_exact: bool = True
     #: Start of the peak window: the process's start time, or the last reset-peaks.
     peak_since: float = 0.0
+    #: GPU memory summed over GPUs (v1.1); nil when unknown (no NVML, or the driver gives
+    #: no figure); 0 when NVML works and the process holds none.
+    vram_bytes: int | None = None
+    #: Peak of ``vram_bytes`` over the peak window: per GPU the driver's own high-water mark
+    #: where accounting mode is on, else the maximum sampled; nil when never known.
+    vram_peak_bytes: int | None = None
+    #: True when every GPU's part of the peak comes from the driver's accounting.
+    vram_peak_exact: bool = False
+    #: Per GPU the process holds memory on.
+    gpus: list[GpuUse] = field(default_factory=list)
 
 
 @wire
@@ -96,6 +117,19 @@ class HostMemory:
 
 @wire
 @dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """One GPU as NVML reports it (v1.1); ``lost``: it fell off the bus (GpuIsLost)."""
+
+    index: int
+    name: str
+    uuid: str
+    total_bytes: int | None
+    used_bytes: int | None
+    lost: bool = False
+
+
+@wire
+@dataclass(frozen=True, slots=True)
 class DaemonStatus:
     software: str
     pid: int
@@ -110,6 +144,14 @@ class DaemonStatus:
     host: HostMemory
     #: Sample frames dropped for slow clients since the daemon started, all clients together.
     dropped_samples: int = 0
+    #: v1.1: whether GPU memory is read (NVML loaded and initialised), the GPUs, and why
+    #: not when not ("NVIDIA library not found", "driver not loaded", ...).
+    gpu_available: bool = False
+    gpus: list[GpuInfo] = field(default_factory=list)
+    gpu_note: str | None = None
+    #: False when the daemon runs in a nested PID namespace: NVML reports host PIDs, so
+    #: per-process GPU memory cannot be matched (run it with the host's PID namespace).
+    host_pid_namespace: bool = True
 
 
 # --------------------------------------------------------------------------- frames
@@ -307,6 +349,11 @@ SAMPLE_FIELDS: tuple[str, ...] = (
     "anon_bytes",
     "swap_bytes",
 )
+#: Columns added in v1.1, after those: int or nil. A frame without them (an older agent)
+#: decodes with nil there.
+OPTIONAL_SAMPLE_FIELDS: tuple[str, ...] = ("vram_bytes", "vram_peak_bytes")
+#: What this version's agent sends.
+SAMPLE_COLUMNS: tuple[str, ...] = SAMPLE_FIELDS + OPTIONAL_SAMPLE_FIELDS
 
 
 @wire
@@ -321,6 +368,8 @@ class ProcessSample:
     rss_peak_bytes: int
     anon_bytes: int
     swap_bytes: int
+    vram_bytes: int | None = None
+    vram_peak_bytes: int | None = None
 
 
 _ROW_CHECKS: dict[str, type | tuple[type, ...]] = {
@@ -331,6 +380,8 @@ _ROW_CHECKS: dict[str, type | tuple[type, ...]] = {
     "rss_peak_bytes": int,
     "anon_bytes": int,
     "swap_bytes": int,
+    "vram_bytes": (int, type(None)),
+    "vram_peak_bytes": (int, type(None)),
 }
 
 
@@ -351,7 +402,7 @@ class Sample(Frame):
         if missing:
             raise ProtocolError(f"missing column {missing[0]!r}", frame=self.TYPE, field="fields")
         width = len(self.fields)
-        where = [(self.fields.index(name), name, kind) for name, kind in _ROW_CHECKS.items()]
+        where = [(self.fields.index(name), name, kind) for name, kind in _ROW_CHECKS.items() if name in self.fields]
         for r, row in enumerate(self.rows):
             if len(row) != width:
                 raise ProtocolError(
@@ -367,8 +418,18 @@ class Sample(Frame):
     def records(self) -> list[ProcessSample]:
         """Rows as :class:`ProcessSample`, ignoring columns this version does not know."""
         idx = [self.fields.index(name) for name in SAMPLE_FIELDS]
+        extra = [self.fields.index(name) if name in self.fields else -1 for name in OPTIONAL_SAMPLE_FIELDS]
+        if all(i >= 0 for i in extra):
+            idx += extra
+            return [
+                ProcessSample(row[idx[0]], float(row[idx[1]]), *(row[i] for i in idx[2:]))  # type: ignore[arg-type]
+                for row in self.rows
+            ]
         return [
-            ProcessSample(row[idx[0]], float(row[idx[1]]), *(row[i] for i in idx[2:]))  # type: ignore[arg-type]
+            ProcessSample(
+                row[idx[0]], float(row[idx[1]]), *(row[i] for i in idx[2:]),  # type: ignore[arg-type]
+                *(row[i] if i >= 0 else None for i in extra),
+            )
             for row in self.rows
         ]
 

@@ -13,7 +13,7 @@ import bisect
 from array import array
 from dataclasses import dataclass
 
-from memproto.frames import DaemonStatus, ProcessInfo, Sample, Series
+from memproto.frames import DaemonStatus, GpuInfo, ProcessInfo, Sample, Series
 from memproto.series import PeakSeries
 
 MiB = 1024 * 1024
@@ -86,6 +86,7 @@ class Snapshot:
     host: HostMem | None = None
     sum_peaks: int = 0
     dropped: int = 0
+    gpus: tuple[GpuInfo, ...] = ()
 
     @property
     def alive(self) -> int:
@@ -169,7 +170,7 @@ class GrowthWindow:
 class _Proc:
     """Mutable per-process state; :meth:`row` freezes it into a :class:`ProcRow`."""
 
-    __slots__ = ("alive", "anon", "growth", "info", "peak", "rss", "swap", "trail")
+    __slots__ = ("alive", "anon", "growth", "info", "peak", "rss", "swap", "trail", "vram", "vram_peak")
 
     def __init__(self, info: ProcessInfo) -> None:
         self.growth = GrowthWindow()
@@ -184,12 +185,15 @@ class _Proc:
         self.peak = p.rss_peak_bytes
         self.anon = p.anon_bytes
         self.swap = p.swap_bytes
+        self.vram = p.vram_bytes
+        self.vram_peak = p.vram_peak_bytes
 
     def row(self, share: float) -> ProcRow:
         p = self.info
         return ProcRow(
             p.pid, p.start_time, p.name, p.label, tuple(p.cmdline), p.uid, self.alive, self.rss, self.peak,
             self.anon, self.swap, p.rss_peak_exact, self.growth.slope() if self.alive else None, share,
+            self.vram, self.vram_peak,
         )
 
 
@@ -202,6 +206,7 @@ class FleetModel:
         self.time = 0.0
         self.interval = 0.0
         self.host: HostMem | None = None
+        self.gpus: tuple[GpuInfo, ...] = ()
         self.dropped = 0
 
     def clear(self) -> None:
@@ -264,10 +269,13 @@ class FleetModel:
             proc.peak = rec.rss_peak_bytes
             proc.anon = rec.anon_bytes
             proc.swap = rec.swap_bytes
+            proc.vram = rec.vram_bytes
+            proc.vram_peak = rec.vram_peak_bytes
 
     def apply_status(self, status: DaemonStatus) -> None:
         self.host = HostMem(status.host.total_bytes, status.host.available_bytes)
         self.interval = status.interval
+        self.gpus = tuple(status.gpus)
 
     # ------------------------------------------------------------------ snapshots out
 
@@ -279,7 +287,7 @@ class FleetModel:
         procs = self._procs.values()
         total = sum(p.peak for p in procs)
         rows = tuple(p.row(p.peak / total if total else 0.0) for p in procs)
-        return Snapshot(rows, self.seq, self.time, self.interval, self.host, total, self.dropped)
+        return Snapshot(rows, self.seq, self.time, self.interval, self.host, total, self.dropped, self.gpus)
 
 
 # ---------------------------------------------------------------------- sorting

@@ -78,8 +78,19 @@ class MemHeader(Widget):
         return self._gauge("Host", host.used if host else 0, host.total if host else None, 0.75, 0.9)
 
     def _gpu_lines(self) -> list[Text]:
-        """One bar per GPU once the daemon reports GPU memory; none on a box without."""
-        return []
+        """One bar per GPU the daemon reports (used / total); none on a box without."""
+        lines = []
+        for gpu in self.snapshot.gpus:
+            label = f"GPU {gpu.index}"
+            if gpu.lost:
+                text = Text(f"{label:<9}")
+                text.append(f"lost: {gpu.name} {gpu.uuid}", style="bold red")
+                lines.append(text)
+                continue
+            line = self._gauge(label, gpu.used_bytes or 0, gpu.total_bytes, 0.75, 0.9)
+            line.append(f"  {gpu.name}", style="dim")
+            lines.append(line)
+        return lines
 
     def _peaks_line(self) -> Text:
         # Until the headroom model lands, Σ peaks is measured against total memory.
