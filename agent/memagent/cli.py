@@ -114,7 +114,8 @@ def _report_failures(failed: list[Failure]) -> int:
 def format_table(processes: list[ProcessInfo]) -> str:
     gpu = any(p.vram_bytes is not None or p.vram_peak_bytes is not None for p in processes)
     vram_title = f" {'VRAM':>10} {'VPEAK':>10}" if gpu else ""
-    header = f"{'PID':>7}  {'NAME':<20} {'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}{vram_title}  {'STATE':<6} COMMAND"
+    header = (f"{'PID':>7}  {'NAME':<20} {'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}{vram_title}  "
+              f"{'STATE':<6} COMMAND")
     lines = [header]
     for p in sorted(processes, key=lambda p: p.rss_peak_bytes, reverse=True):
         name = p.label or p.name
