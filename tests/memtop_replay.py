@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 
 from memproto.frames import (
+    SAMPLE_COLUMNS,
     SAMPLE_FIELDS,
     DaemonStatus,
     Exited,
     Frame,
+    GpuInfo,
     HistoryOk,
     HostMemory,
     ListOk,
@@ -63,7 +65,13 @@ def _info(i: int, label: str, alive: bool = True, rss: int = 0, peak: int = 0) -
     )
 
 
-def frames() -> list[Frame]:
+#: GiB of VRAM per label, on a box with GPUs.
+VRAM = {"resnet50-train": 30.0, "bert-serve": 11.5, "whisper-small": 6.2, "onnx-detector": 2.1}
+GiB = 1024 * MiB
+
+
+def frames(gpus: bool = False) -> list[Frame]:
+    """The sequence; with ``gpus`` the daemon also reports two GPUs (v1.1 columns)."""
     infos = [
         _info(i, label, rss=_rss(base, amp, shape, 0), peak=int((base + amp) * MiB))
         for i, (label, base, amp, shape) in enumerate(FLEET)
@@ -78,17 +86,26 @@ def frames() -> list[Frame]:
         socket="/run/memagent/memagent.sock", watched=11, alive=10, clients=1,
         tick=TickStats(14400, INTERVAL, 0.002, 0, 0.0004),
         host=HostMemory(16 * 1024 * MiB, 7 * 1024 * MiB, 0, 0),
+        gpu_available=gpus,
+        gpus=[GpuInfo(0, "NVIDIA A100-SXM4-80GB", "GPU-5b1c9e2a", 80 * GiB, 41 * GiB),
+              GpuInfo(1, "NVIDIA A100-SXM4-80GB", "GPU-77d0f31c", 80 * GiB, 12 * GiB)] if gpus else [],
     )
     out.append(StatusOk(3, status))
     peaks = [0] * len(FLEET)
     for tick in range(TICKS):
         rows = []
-        for i, (_label, base, amp, shape) in enumerate(FLEET):
+        for i, (label, base, amp, shape) in enumerate(FLEET):
             rss = _rss(base, amp, shape, tick)
             peaks[i] = max(peaks[i], rss, int((base + amp) * MiB))
-            rows.append([infos[i].pid, infos[i].start_time, True, rss, peaks[i], int(rss * 0.9), 0])
-        rows.append([exited.pid, exited.start_time, False, exited.rss_bytes, exited.rss_peak_bytes,
-                     exited.anon_bytes, 0])
-        out.append(Sample(tick + 1, T0 + tick * INTERVAL, INTERVAL, list(SAMPLE_FIELDS), rows))
+            row = [infos[i].pid, infos[i].start_time, True, rss, peaks[i], int(rss * 0.9), 0]
+            if gpus:
+                vram = int(VRAM.get(label, 0) * GiB * (1 + 0.1 * (tick % 5 == 0)))
+                row += [vram, int(VRAM.get(label, 0) * GiB * 1.1)]
+            rows.append(row)
+        exited_row = [exited.pid, exited.start_time, False, exited.rss_bytes, exited.rss_peak_bytes,
+                      exited.anon_bytes, 0]
+        rows.append(exited_row + ([None, 4 * GiB] if gpus else []))
+        fields = SAMPLE_COLUMNS if gpus else SAMPLE_FIELDS
+        out.append(Sample(tick + 1, T0 + tick * INTERVAL, INTERVAL, list(fields), rows))
     out.append(Exited(exited.pid, exited.start_time, T0 - 30, exited.rss_peak_bytes))
     return out

@@ -21,11 +21,11 @@ def replayed_app() -> MemtopApp:
     return MemtopApp("/run/memagent/memagent.sock", connect=False)
 
 
-async def replay(pilot: Pilot[Any]) -> None:
+async def replay(pilot: Pilot[Any], gpus: bool = False) -> None:
     app = pilot.app
     assert isinstance(app, MemtopApp)
     app.link_state = LinkState(True, "/run/memagent/memagent.sock", False, "")
-    for frame in frames():
+    for frame in frames(gpus):
         app.feed(frame)
     await pilot.pause()
 
@@ -36,6 +36,15 @@ def test_main_screen_80x24(snap_compare: Any) -> None:
 
 def test_main_screen_wide(snap_compare: Any) -> None:
     assert snap_compare(replayed_app(), terminal_size=(140, 40), run_before=replay)
+
+
+def test_main_screen_with_gpus(snap_compare: Any) -> None:
+    """GPU bars in the header, VRAM and peak VRAM columns (hidden on a box without GPUs)."""
+
+    async def with_gpus(pilot: Pilot[Any]) -> None:
+        await replay(pilot, gpus=True)
+
+    assert snap_compare(replayed_app(), terminal_size=(120, 34), run_before=with_gpus)
 
 
 def test_detail_hidden(snap_compare: Any) -> None:

@@ -61,7 +61,7 @@ class MemHeader(Widget):
 
     def _gauge(self, label: str, value: int, total: int | None, warn: float, crit: float) -> Text:
         width = max(10, self.size.width - 44)
-        text = Text(f"{label:<9}")
+        text = Text(f"{label:<9}", no_wrap=True, overflow="ellipsis")
         if not total:
             text.append(fmt.bar(0, width, "dim"))
             text.append(f" {fmt.size_long(value)} of n/a")
