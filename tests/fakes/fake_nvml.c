@@ -753,12 +753,12 @@ static nvmlReturn_t running_processes(const char *symbol, int kind, nvmlDevice_t
             const struct fake_proc *p = &st->procs[i];
             if (p->device != (int)device->index || p->kind != kind)
                 continue;
-            nvmlProcessInfo_v2_t entry = {
-                .pid = p->pid,
-                .usedGpuMemory = p->used,
-                .gpuInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT,
-                .computeInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT,
-            };
+            nvmlProcessInfo_v2_t entry;
+            memset(&entry, 0, sizeof entry); /* padding too: no stack bytes leak out */
+            entry.pid = p->pid;
+            entry.usedGpuMemory = p->used;
+            entry.gpuInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
+            entry.computeInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
             memset(out + (size_t)n * stride, 0, stride); /* usedGpuCcProtectedMemory = 0 in 32-byte entries */
             memcpy(out + (size_t)n * stride, &entry, sizeof entry);
             n++;
