@@ -121,8 +121,8 @@ def sock_path(tmp_path: Path) -> str:
 def start_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     started: list[Daemon] = []
 
-    def start(*args: str, socket: str | None = None, wait: bool = True) -> Daemon:
-        d = Daemon(socket or str(tmp_path / f"d{len(started)}.sock"), *args)
+    def start(*args: str, socket: str | None = None, wait: bool = True, env: dict[str, str] | None = None) -> Daemon:
+        d = Daemon(socket or str(tmp_path / f"d{len(started)}.sock"), *args, env=env)
         started.append(d)
         if wait:
             d.wait_listening()

@@ -179,12 +179,12 @@ class Nvml:
         nv = self._nvml
         if d.procs_v3:
             try:
-                return list(getattr(nv, f"nvmlDevice{kind}RunningProcesses")(d.handle))
+                return list(getattr(nv, f"nvmlDeviceGet{kind}RunningProcesses")(d.handle))
             except (nv.NVMLLibraryMismatchError, nv.NVMLError_FunctionNotFound):
                 d.procs_v3 = False
                 log.info("GPU %d: the driver lacks the _v3 process calls; using _v2", d.index)
         try:
-            return list(getattr(nv, f"nvmlDevice{kind}RunningProcesses_v2")(d.handle))
+            return list(getattr(nv, f"nvmlDeviceGet{kind}RunningProcesses_v2")(d.handle))
         except nv.NVMLError_FunctionNotFound:
             return []
 
