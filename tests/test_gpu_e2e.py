@@ -256,3 +256,31 @@ def test_nvml_is_read_once_per_device_per_tick(
     # per tick by pynvml's size-then-fill pattern: never once per process.
     assert abs(memory_calls - ticks) <= 1, (memory_calls, ticks)
     assert abs(list_calls - 2 * ticks) <= 2, (list_calls, ticks)
+
+
+def test_pids_from_another_pid_namespace_are_detected(
+    gpus: Gpus, start_daemon: Callable[..., Daemon], make_target: Callable[..., Target]
+) -> None:
+    """NVML reports host PIDs; a daemon in a container sees none of them: it says so."""
+    gpus.state.add_device(total=16 * GiB)
+    gpus.state.add_proc(0, 4_000_000, 1 * GiB)  # above any pid_max: exists nowhere here
+    gpus.write()
+    d = start_daemon("--interval", "0.05", env=gpus.env())
+    status = _status(d)
+    assert status.gpu_available and not status.host_pid_namespace
+    assert sum("not in the host PID namespace" in line for line in d.lines) == 1
+    r = memagent_cli("status", "--socket", d.socket)
+    assert "nested PID namespace" in r.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="unshare of a PID namespace needs root")
+def test_a_nested_pid_namespace_is_detected_at_start() -> None:
+    import subprocess
+    import sys
+
+    probe = "from memagent.gpu import in_host_pid_namespace as f; print(f())"
+    here = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    nested = subprocess.run(["unshare", "--pid", "--fork", sys.executable, "-c", probe],
+                            capture_output=True, text=True, check=True)
+    assert (here.stdout.strip(), nested.stdout.strip()) == ("True", "False")

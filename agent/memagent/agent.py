@@ -21,7 +21,7 @@ from . import SOFTWARE
 from .auth import Access, AccessPolicy, resolve_group
 from .autoattach import Scanner
 from .dispatch import Dispatcher
-from .gpu import DeviceReading, Nvml, in_host_pid_namespace
+from .gpu import DeviceReading, Nvml, in_host_pid_namespace, pids_unmatched
 from .procfs import ProcFS
 from .registry import Registry
 from .sampler import Sampler, Ticker
@@ -108,6 +108,11 @@ class Agent:
         """One NVML read per device, then each watched process's share of it."""
         reading = self.gpu.read()
         self.gpu_devices = reading.devices
+        if self.host_pid_namespace and pids_unmatched(reading.usage):
+            self.host_pid_namespace = False
+            log.warning("none of the PIDs NVML reports exists here: this agent is not in the host PID "
+                        "namespace, so per-process GPU memory cannot be matched (run it with the host's PID "
+                        "namespace, e.g. docker --pid=host)")
         uuid = {d.index: d.uuid for d in reading.devices}
         accounting = {d.index for d in reading.devices if d.accounting and not d.lost}
         due = self.ticker.ticks % self._exact_every == 0

@@ -23,6 +23,8 @@ needs ``--pid=host`` in a container). :func:`in_host_pid_namespace` tells.
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,16 +51,27 @@ class GpuReading:
     usage: dict[int, list[tuple[int, int | None]]] = field(default_factory=dict)
 
 
-def in_host_pid_namespace(status_path: str = "/proc/self/status") -> bool:
-    """False when this process lives in a nested PID namespace (``NSpid`` has >1 PID)."""
+def in_host_pid_namespace(proc: str = "/proc") -> bool:
+    """False when this process visibly lives in a nested PID namespace: ``NSpid`` lists
+    more than one PID (a /proc of an outer namespace), or our namespace is not PID 1's.
+
+    A container that mounts its own /proc hides both; for that case the agent also checks
+    at run time that the PIDs NVML reports exist here (:func:`pids_unmatched`).
+    """
     try:
-        with open(status_path) as f:
+        with open(os.path.join(proc, "self", "status")) as f:
             for line in f:
-                if line.startswith("NSpid:"):
-                    return len(line.split()) <= 2
+                if line.startswith("NSpid:") and len(line.split()) > 2:
+                    return False
+        return os.readlink(os.path.join(proc, "self", "ns", "pid")) == os.readlink(os.path.join(proc, "1", "ns", "pid"))
     except OSError:
-        pass
-    return True
+        return True  # cannot tell (no permission on /proc/1): assume the usual
+
+
+def pids_unmatched(pids: Iterable[int], proc: str = "/proc") -> bool:
+    """True when NVML reports processes and none of them exists in this PID namespace."""
+    pids = list(pids)
+    return bool(pids) and not any(os.path.exists(os.path.join(proc, str(p))) for p in pids)
 
 
 def _describe(exc: Exception) -> str:
