@@ -26,6 +26,8 @@ from .procfs import ProcFS
 from .registry import Registry
 from .sampler import Sampler, Ticker
 from .server import Server
+from .stack_collector import StackCollector
+from .stacks import StackConfig
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ class AgentConfig:
     max_clients: int = 64
     #: Read GPU memory through NVML (when a driver is there).
     gpu: bool = True
+    stacks: StackConfig = field(default_factory=StackConfig)
 
 
 def raise_fd_limit() -> int:
@@ -89,6 +92,7 @@ class Agent:
         self.registry.events = self.server
         self.ticker = Ticker(config.interval, self.on_tick)
         self._scan_every = max(1, round(config.scan_interval / config.interval))
+        self.stacks = StackCollector(config.stacks, on_state=self.server.stack_state)
         self.gpu = Nvml()
         self.gpu_devices: list[DeviceReading] = []
         self.host_pid_namespace = in_host_pid_namespace()
@@ -98,9 +102,11 @@ class Agent:
     def on_tick(self, now: float) -> None:
         if self.ticker.ticks % self._scan_every == 1 or self._scan_every == 1:
             self.scanner.scan()
-        self.sampler.sample(now)
+        exited = self.sampler.sample(now)
         if self.gpu.available:
             self.sample_gpu()
+        if self.config.stacks.enabled:
+            self.stacks.on_tick(now, self.registry.alive, exited, self.registry.entries.keys())
         rows, uids = self.sampler.rows()
         self.server.broadcast_sample(self.ticker.ticks, now, rows, uids)
 
@@ -117,8 +123,10 @@ class Agent:
         accounting = {d.index for d in reading.devices if d.accounting and not d.lost}
         due = self.ticker.ticks % self._exact_every == 0
         for w in self.registry.alive:
-            uses = reading.usage.get(w.pid, ())
+            uses = list(reading.usage.get(w.pid, ()))
             before = {g.index: g.used_bytes for g in w.vram_gpus}
+            # A GPU whose list failed this tick: what was there is unknown now, not gone.
+            uses += [(index, None) for index in reading.failed if index in before]
             exact: dict[int, int] = {}
             for index, used in uses:
                 if index in accounting and (due or before.get(index, -1) != used):
@@ -153,6 +161,10 @@ class Agent:
             gpus=[GpuInfo(d.index, d.name, d.uuid, d.total, d.used, d.lost) for d in self.gpu_devices],
             gpu_note=self.gpu.note,
             host_pid_namespace=self.host_pid_namespace,
+            stack_dumps=self.stacks.dumps_started,
+            stack_budget=self.config.stacks.budget if self.stacks.usable else 0.0,
+            stack_note=None if self.stacks.usable else ("disabled (--no-stacks)" if not self.config.stacks.enabled
+                                                         else "py-spy not found"),
         )
 
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
@@ -174,14 +186,17 @@ class Agent:
         if self.config.auto:
             self.scanner.scan()
         ticker = asyncio.ensure_future(self.ticker.run())
+        dumper = asyncio.ensure_future(self.stacks.run())
         if ready is not None:
             ready.set()
         try:
             await stop.wait()
         finally:
             ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
+            dumper.cancel()
+            for task in (ticker, dumper):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await self.server.close()
             self.registry.close()
             self.gpu.close()

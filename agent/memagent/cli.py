@@ -12,11 +12,12 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from memproto import ProtocolError
-from memproto.frames import Failure, ProcessInfo
+from memproto.frames import Failure, ProcessInfo, StackDump
 from memproto.schema import to_wire
 
 from . import __version__
@@ -64,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--status-refresh", type=_positive, default=1.0, metavar="SECONDS",
                    help="longest time between two reads of an unchanged process's kernel peak and swap (1)")
     d.add_argument("--no-gpu", action="store_true", help="do not read GPU memory through NVML")
+    d.add_argument("--no-stacks", action="store_true", help="do not read Python stacks with py-spy")
+    d.add_argument("--py-spy", metavar="PATH", help="py-spy executable (default: on PATH, then beside Python)")
+    d.add_argument("--stack-budget", type=_positive, default=4.0, metavar="PER_SECOND",
+                   help="py-spy dumps per second for the whole box (4)")
+    d.add_argument("--stack-timeout", type=_positive, default=2.0, metavar="SECONDS",
+                   help="a py-spy dump taking longer is killed (2)")
     d.add_argument("-v", "--verbose", action="store_true")
 
     a = sub.add_parser("attach", parents=[common], help="start watching processes")
@@ -83,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("ls", parents=[common], help="list watched processes")
     ls.add_argument("--json", action="store_true")
+
+    sk = sub.add_parser("stack", parents=[common], help="Python stacks of a watched process, and where it grew")
+    sk.add_argument("pid", type=_pid, metavar="PID")
+    sk.add_argument("--cached", action="store_true", help="do not take a fresh dump; show what the daemon has")
+    sk.add_argument("--json", action="store_true")
 
     st = sub.add_parser("status", parents=[common], help="the daemon and the host")
     st.add_argument("--json", action="store_true")
@@ -112,7 +124,7 @@ def _report_failures(failed: list[Failure]) -> int:
 
 
 def format_table(processes: list[ProcessInfo]) -> str:
-    gpu = any(p.vram_bytes is not None or p.vram_peak_bytes is not None for p in processes)
+    gpu = any(p.vram_bytes is not None or p.vram_peak_bytes is not None or p.gpus for p in processes)
     vram_title = f" {'VRAM':>10} {'VPEAK':>10}" if gpu else ""
     header = (f"{'PID':>7}  {'NAME':<20} {'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}{vram_title}  "
               f"{'STATE':<6} COMMAND")
@@ -212,12 +224,43 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def format_stack(dump: StackDump, title: str) -> list[str]:
+    when = time.strftime("%H:%M:%S", time.localtime(dump.time))
+    lines = [f"{title} (taken {when} on {dump.trigger}, RSS {human_bytes(dump.rss_bytes)}"
+             + (f", VRAM {human_bytes(dump.vram_bytes)})" if dump.vram_bytes is not None else ")")]
+    for t in dump.threads:
+        mark = "*" if t.thread_id == dump.attributed_thread else " "
+        state = "active" if t.active else "idle"
+        lines.append(f" {mark} thread {t.name or t.thread_id} ({state}{', holds the GIL' if t.owns_gil else ''})")
+        lines.extend(f"      {f.name} ({f.filename}:{f.line})" for f in t.frames)
+    return lines
+
+
+def cmd_stack(args: argparse.Namespace) -> int:
+    with Client(socket_path(args.socket), timeout=30.0) as c:
+        reply = c.stack(args.pid, fresh=not args.cached)
+    if args.json:
+        _print_json({k: v for k, v in to_wire(reply).items() if k != "id"})
+        return EXIT_OK if reply.state in ("ok", "exited") or reply.latest else EXIT_FAILED
+    print(f"{reply.pid}: stack state {reply.state}" + (f": {reply.message}" if reply.message else ""))
+    if reply.latest:
+        print("\n".join(format_stack(reply.latest, "latest stack")))
+    if reply.at_peak and reply.at_peak is not reply.latest:
+        print("\n".join(format_stack(reply.at_peak, "stack at peak")))
+    if reply.by_line:
+        print("where memory grew (attributed to the next stack taken; correlation, not proof):")
+        for s in reply.by_line[:10]:
+            print(f"  {human_bytes(s.bytes):>10}  {s.samples:>4}x  {s.function} ({s.filename}:{s.line})")
+    return EXIT_OK if reply.latest or reply.state == "ok" else EXIT_FAILED
+
+
 def cmd_daemon(args: argparse.Namespace) -> int:
     from .slim import skip_tls_import
 
     skip_tls_import()
     from .agent import AgentConfig
     from .daemon import run_daemon, setup_logging
+    from .stacks import StackConfig
 
     setup_logging(args.verbose)
     config = AgentConfig(
@@ -230,6 +273,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         history_seconds=args.history,
         status_refresh=args.status_refresh,
         gpu=not args.no_gpu,
+        stacks=StackConfig(enabled=not args.no_stacks, budget=args.stack_budget, timeout=args.stack_timeout,
+                           py_spy=args.py_spy),
     )
     return run_daemon(config)
 
@@ -247,6 +292,7 @@ COMMANDS = {
     "reset-peaks": cmd_reset_peaks,
     "ls": cmd_ls,
     "status": cmd_status,
+    "stack": cmd_stack,
     "demo": cmd_demo,
 }
 

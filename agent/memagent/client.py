@@ -40,6 +40,8 @@ from memproto.frames import (
     ProcessInfo,
     ResetPeaks,
     ResetPeaksOk,
+    Stack,
+    StackOk,
     Status,
     StatusOk,
     Subscribe,
@@ -158,6 +160,9 @@ class Client:
 
     def history(self, pids: builtins.list[int] | None = None, seconds: float | None = None) -> HistoryOk:
         return self.request(History(self._id(), pids or [], seconds), HistoryOk)
+
+    def stack(self, pid: int, fresh: bool = True) -> StackOk:
+        return self.request(Stack(self._id(), pid, fresh), StackOk)
 
     def subscribe(self) -> None:
         self.request(Subscribe(self._id()), Ack)

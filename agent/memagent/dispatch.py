@@ -6,6 +6,7 @@ reply holds) read in one place.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,8 @@ from memproto.frames import (
     ResetPeaks,
     ResetPeaksOk,
     Series,
+    Stack,
+    StackOk,
     Status,
     StatusOk,
     Subscribe,
@@ -52,7 +55,7 @@ def _invalid(pid: int) -> Failure:
 class Dispatcher:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self._handlers: dict[type[Frame], Callable[[ClientSession, Frame], Frame | bytes]] = {
+        self._handlers: dict[type[Frame], Callable[[ClientSession, Frame], Frame | bytes | None]] = {
             Attach: self.attach,  # type: ignore[dict-item]
             Detach: self.detach,  # type: ignore[dict-item]
             ResetPeaks: self.reset_peaks,  # type: ignore[dict-item]
@@ -61,10 +64,13 @@ class Dispatcher:
             Unsubscribe: self.unsubscribe,  # type: ignore[dict-item]
             History: self.history,  # type: ignore[dict-item]
             Status: self.status,  # type: ignore[dict-item]
+            Stack: self.stack,  # type: ignore[dict-item]
         }
+        self._pending: set[asyncio.Task[None]] = set()
 
-    def handle(self, session: ClientSession, request: Frame) -> Frame | bytes:
-        """The reply: a frame, or an already encoded payload (large replies)."""
+    def handle(self, session: ClientSession, request: Frame) -> Frame | bytes | None:
+        """The reply: a frame, an already encoded payload (large replies), or None when
+        the handler sends it later itself (a fresh stack dump)."""
         handler = self._handlers.get(type(request))
         if handler is None:
             return Error(getattr(request, "id", None), "unknown_request", f"{request.TYPE!r} is not a request")
@@ -139,6 +145,33 @@ class Dispatcher:
                 yield Series(w.pid, w.start_time, end, values)
 
         return encode_history_ok(req.id, self.agent.registry.history_step, series(), len(chosen))
+
+    def stack(self, session: ClientSession, req: Stack) -> Frame | None:
+        candidates = [w for w in self.agent.registry.find(req.pid) if session.access.may_watch(w.uid)]
+        if not candidates:
+            return Error(req.id, "no_such_process", f"no such process: {req.pid} (not watched)")
+        w = max(candidates, key=lambda c: (c.alive, c.start_time))
+        if not (req.fresh and w.alive):
+            return self._stack_ok(req, w)
+
+        async def reply_when_taken() -> None:
+            await self.agent.stacks.demand(w)
+            session.send(self._stack_ok(req, w))
+
+        task = asyncio.ensure_future(reply_when_taken())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        return None
+
+    def _stack_ok(self, req: Stack, w: Watched) -> StackOk:
+        collector = self.agent.stacks
+        ps = collector.stacks.get(w.key)
+        if ps is None:
+            state = "disabled" if not collector.config.enabled else w.stack_state or "pending"
+            return StackOk(req.id, w.pid, w.start_time, state, None, None, None, [], [])
+        by_line, by_function = ps.sites()
+        return StackOk(req.id, w.pid, w.start_time, ps.state or "pending", ps.message, ps.latest, ps.at_peak,
+                       by_line, by_function)
 
     def status(self, session: ClientSession, req: Status) -> StatusOk:
         return StatusOk(req.id, self.agent.status(session.access))

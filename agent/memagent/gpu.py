@@ -30,6 +30,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+#: Reads between two looks at each GPU's accounting mode (~1 min at 0.5 s).
+ACCOUNTING_REFRESH_READS = 120
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceReading:
@@ -49,6 +52,8 @@ class GpuReading:
     devices: list[DeviceReading]
     #: pid -> [(device index, used bytes or None)], a process on several GPUs has several.
     usage: dict[int, list[tuple[int, int | None]]] = field(default_factory=dict)
+    #: Devices whose process list could not be read this tick (their figures are unknown).
+    failed: set[int] = field(default_factory=set)
 
 
 def in_host_pid_namespace(proc: str = "/proc") -> bool:
@@ -104,6 +109,7 @@ class Nvml:
         self.note: str | None = "not started"
         self.devices: list[_Device] = []
         self._nvml: Any = None
+        self._reads = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -206,6 +212,10 @@ class Nvml:
         nv = self._nvml
         devices: list[DeviceReading] = []
         usage: dict[int, list[tuple[int, int | None]]] = {}
+        failed: set[int] = set()
+        self._reads += 1
+        if self._reads % ACCOUNTING_REFRESH_READS == 0:
+            self._refresh_accounting()  # an operator may turn accounting on while we run
         for d in self.devices:
             total = used = None
             if not d.lost:
@@ -224,9 +234,10 @@ class Nvml:
                 except nv.NVMLError_GpuIsLost:
                     self._mark_lost(d)
                 except nv.NVMLError as exc:
+                    failed.add(d.index)
                     log.debug("GPU %d: %s", d.index, exc)
             devices.append(DeviceReading(d.index, d.name, d.uuid, total, used, d.lost, d.accounting))
-        return GpuReading(devices, usage)
+        return GpuReading(devices, usage, failed)
 
     def accounting_max(self, index: int, pid: int) -> int | None:
         """The driver's high-water mark of ``pid`` on GPU ``index``, where accounting is on."""

@@ -28,7 +28,7 @@ from memproto import (
     frame_bytes,
     unpack,
 )
-from memproto.frames import Attached, Detached, Error, Exited, Frame, Hello
+from memproto.frames import Attached, Detached, Error, Exited, Frame, Hello, StackStateChanged
 from memproto.limits import MAX_CLIENT_FRAME_BYTES
 
 from . import SOFTWARE
@@ -91,7 +91,7 @@ class Server:
         path: str,
         *,
         policy: AccessPolicy,
-        handle_request: Callable[[ClientSession, Frame], Frame | bytes],
+        handle_request: Callable[[ClientSession, Frame], Frame | bytes | None],
         interval: float,
         socket_gid: int | None = None,
         max_clients: int = 64,
@@ -208,14 +208,15 @@ class Server:
         if isinstance(frame, Hello):
             session.send(Error(None, "protocol", "hello sent twice"))
             return
-        reply: Frame | bytes
+        reply: Frame | bytes | None
         try:
             reply = self.handle_request(session, frame)
         except (MemagentError, OSError, ValueError) as exc:
             # A bug or an unexpected /proc state must cost this request, not the session.
             log.exception("%s: %s failed", session.name, frame.TYPE)
             reply = Error(request_id, "internal", f"{frame.TYPE} failed: {type(exc).__name__}: {exc}")
-        session.send(reply, request_id)
+        if reply is not None:  # None: the handler replies later (a stack dump in flight)
+            session.send(reply, request_id)
 
     def _greet(self, session: ClientSession, frame: Frame) -> None:
         if not isinstance(frame, Hello) or frame.role != "client":
@@ -257,3 +258,6 @@ class Server:
 
     def detached(self, w: Watched) -> None:
         self._publish(Detached(w.pid, w.start_time), w.uid)
+
+    def stack_state(self, w: Watched) -> None:
+        self._publish(StackStateChanged(w.pid, w.start_time, w.stack_state or "", None), w.uid)

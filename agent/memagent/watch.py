@@ -45,6 +45,7 @@ class Watched:
         "row",
         "rss",
         "sampled_max",
+        "stack_state",
         "start_time",
         "starttime",
         "statm_fd",
@@ -100,6 +101,8 @@ class Watched:
         #: Per GPU index: [peak bytes, exact (from the driver's accounting)].
         self.vram_peaks: dict[int, list[Any]] = {}
         self.vram_sampled_only = False
+        #: Where reading this process's Python stack stands (memagent.stacks states).
+        self.stack_state: str | None = None
         # Raw descriptors for the sampler's hot loop (no wrapper call per read).
         self.statm_fd = handle._statm
         self.status_fd = handle._status
@@ -131,9 +134,10 @@ class Watched:
 
     @property
     def vram_peak(self) -> int | None:
-        if not self.vram_peaks:
+        known = [p[0] for p in self.vram_peaks.values() if p[0] is not None]
+        if not known:
             return self.vram  # None (unknown) or 0 (known: none held)
-        return int(sum(p[0] for p in self.vram_peaks.values()))
+        return int(sum(known))
 
     @property
     def vram_peak_exact(self) -> bool:
@@ -146,12 +150,12 @@ class Watched:
         used = [g.used_bytes for g in gpus]
         self.vram = None if any(u is None for u in used) else sum(u for u in used if u is not None)
         for g in gpus:
-            peak = self.vram_peaks.setdefault(g.index, [0, False])
-            if g.used_bytes is not None and g.used_bytes > peak[0]:
+            peak = self.vram_peaks.setdefault(g.index, [None, False])
+            if g.used_bytes is not None and (peak[0] is None or g.used_bytes > peak[0]):
                 peak[0] = g.used_bytes
             exact = None if self.vram_sampled_only else exact_peaks.get(g.index)
             if exact is not None:
-                peak[0] = max(peak[0], exact)
+                peak[0] = max(peak[0] or 0, exact)
                 peak[1] = True
         self._build_row()
 
@@ -178,7 +182,7 @@ class Watched:
         self.status_due = 0
         # The driver's accounting maximum covers the process's whole life and cannot be
         # reset: from here on the GPU peak is sampled (vram_peak_exact false).
-        self.vram_peaks = {g.index: [g.used_bytes or 0, False] for g in self.vram_gpus}
+        self.vram_peaks = {g.index: [g.used_bytes, False] for g in self.vram_gpus}
         self.vram_sampled_only = True
 
     def info(self) -> ProcessInfo:
@@ -202,6 +206,7 @@ class Watched:
             vram_peak_bytes=self.vram_peak,
             vram_peak_exact=self.vram_peak_exact,
             gpus=list(self.vram_gpus),
+            stack_state=self.stack_state,
         )
 
     def ref(self) -> ProcessRef:

@@ -63,6 +63,8 @@ class ProcessInfo:
     vram_peak_exact: bool = False
     #: Per GPU the process holds memory on.
     gpus: list[GpuUse] = field(default_factory=list)
+    #: v1.2: where reading its Python stack stands (see ``StackOk.state``); nil until tried.
+    stack_state: str | None = None
 
 
 @wire
@@ -152,6 +154,63 @@ class DaemonStatus:
     #: False when the daemon runs in a nested PID namespace: NVML reports host PIDs, so
     #: per-process GPU memory cannot be matched (run it with the host's PID namespace).
     host_pid_namespace: bool = True
+    #: v1.2: py-spy dumps started since the daemon started, and the budget (dumps/s).
+    stack_dumps: int = 0
+    stack_budget: float = 0.0
+    #: v1.2: nil when stacks can be read, else why not ("py-spy not found", "disabled").
+    stack_note: str | None = None
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class StackFrame:
+    """One Python frame (v1.2). ``name`` and ``filename`` are data from the target:
+    render them as plain text, never as markup."""
+
+    name: str
+    filename: str
+    line: int
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    thread_id: int
+    name: str | None
+    #: py-spy's view: the thread was running (not idle) when read.
+    active: bool
+    owns_gil: bool
+    #: Innermost first.
+    frames: list[StackFrame]
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class StackDump:
+    """The Python stacks of a process at one moment, read from outside with py-spy."""
+
+    time: float
+    #: Why it was taken: "growth", "peak", "demand" or "rotation".
+    trigger: str
+    rss_bytes: int
+    vram_bytes: int | None
+    threads: list[ThreadStack]
+    #: The thread that growth was attributed to (the active one, else the main thread).
+    attributed_thread: int | None = None
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class GrowthSite:
+    """Memory growth attributed to code: the sum of the positive RSS and VRAM deltas
+    between ticks, each assigned to the first stack taken after it (correlation, not
+    causation: see docs/stacks.md). ``line`` is nil in the by-function table."""
+
+    function: str
+    filename: str
+    line: int | None
+    bytes: int
+    samples: int
 
 
 # --------------------------------------------------------------------------- frames
@@ -254,6 +313,18 @@ class History(Frame):
 
 @wire
 @dataclass(frozen=True, slots=True)
+class Stack(Frame):
+    """v1.2: the Python stacks of a watched process. With ``fresh`` the agent takes a new
+    dump first (within its dump budget) and replies when it has it."""
+
+    TYPE: ClassVar[str] = "stack"
+    id: int
+    pid: int
+    fresh: bool = True
+
+
+@wire
+@dataclass(frozen=True, slots=True)
 class Status(Frame):
     TYPE: ClassVar[str] = "status"
     id: int
@@ -312,6 +383,24 @@ class StatusOk(Frame):
     TYPE: ClassVar[str] = "status_ok"
     id: int
     status: DaemonStatus
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class StackOk(Frame):
+    TYPE: ClassVar[str] = "stack_ok"
+    id: int
+    pid: int
+    start_time: float
+    #: "ok", "pending", "not_python", "permission_denied", "py_spy_missing", "unsupported",
+    #: "exited", "timeout", "error" or "disabled".
+    state: str
+    #: What went wrong and how to fix it, or nil.
+    message: str | None
+    latest: StackDump | None
+    at_peak: StackDump | None
+    by_line: list[GrowthSite]
+    by_function: list[GrowthSite]
 
 
 @wire
@@ -462,6 +551,18 @@ class Detached(Frame):
 
 @wire
 @dataclass(frozen=True, slots=True)
+class StackStateChanged(Frame):
+    """v1.2: a watched process's stack state changed (e.g. to "permission_denied")."""
+
+    TYPE: ClassVar[str] = "stack_state"
+    pid: int
+    start_time: float
+    state: str
+    message: str | None
+
+
+@wire
+@dataclass(frozen=True, slots=True)
 class Dropped(Frame):
     """Sent before the next sample when this client was too slow: ``count`` is the total
     number of sample frames dropped for it since it connected."""
@@ -471,11 +572,11 @@ class Dropped(Frame):
 
 
 REQUESTS: tuple[type[Frame], ...] = (
-    Attach, Detach, ResetPeaks, ListProcesses, Subscribe, Unsubscribe, History, Status,
+    Attach, Detach, ResetPeaks, ListProcesses, Subscribe, Unsubscribe, History, Status, Stack,
 )
 REPLIES: tuple[type[Frame], ...] = (
-    AttachOk, DetachOk, ResetPeaksOk, ListOk, HistoryOk, StatusOk, Ack, Error,
+    AttachOk, DetachOk, ResetPeaksOk, ListOk, HistoryOk, StatusOk, StackOk, Ack, Error,
 )
-EVENTS: tuple[type[Frame], ...] = (Sample, Attached, Exited, Detached, Dropped)
+EVENTS: tuple[type[Frame], ...] = (Sample, Attached, Exited, Detached, Dropped, StackStateChanged)
 _ALL: tuple[type[Frame], ...] = (Hello, *REQUESTS, *REPLIES, *EVENTS)
 FRAME_TYPES: dict[str, type[Frame]] = {cls.TYPE: cls for cls in _ALL}
