@@ -12,13 +12,18 @@ from memproto.frames import (
     Exited,
     Frame,
     GpuInfo,
+    GrowthSite,
     HistoryOk,
     HostMemory,
     ListOk,
     ProcessInfo,
     Sample,
     Series,
+    StackDump,
+    StackFrame,
+    StackOk,
     StatusOk,
+    ThreadStack,
     TickStats,
 )
 
@@ -108,4 +113,23 @@ def frames(gpus: bool = False) -> list[Frame]:
         fields = SAMPLE_COLUMNS if gpus else SAMPLE_FIELDS
         out.append(Sample(tick + 1, T0 + tick * INTERVAL, INTERVAL, list(fields), rows))
     out.append(Exited(exited.pid, exited.start_time, T0 - 30, exited.rss_peak_bytes))
+    out.append(stack_reply(infos[0]))
     return out
+
+
+def stack_reply(p: ProcessInfo) -> StackOk:
+    """Stacks of the first process. Names are the target's data, markup-like on purpose:
+    the screen must show them verbatim."""
+    main = ThreadStack(1, "MainThread", True, True, [
+        StackFrame("train_step", "/srv/models/resnet/train.py", 88),
+        StackFrame("run_epoch", "/srv/models/resnet/train.py", 120),
+        StackFrame("<module>", "/srv/models/resnet/train.py", 200),
+    ])
+    loader = ThreadStack(2, "[bold red]loader[/] <b>", False, False, [
+        StackFrame("[link=x]fetch[/link]", "/srv/[data]/loader.py", 14),
+    ])
+    dump = StackDump(T0 + 10, "peak", int(3.4 * GiB), None, [loader, main], attributed_thread=1)
+    return StackOk(9, p.pid, p.start_time, "ok", None, dump, dump,
+                   [GrowthSite("train_step", "/srv/models/resnet/train.py", 88, int(1.2 * GiB), 14),
+                    GrowthSite("load_weights", "/srv/models/resnet/io.py", 31, 600 * MiB, 2)],
+                   [GrowthSite("run_epoch", "/srv/models/resnet/train.py", None, int(1.2 * GiB), 14)])

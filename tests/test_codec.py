@@ -42,6 +42,7 @@ from memproto.frames import (
     Error,
     Exited,
     Failure,
+    GrowthSite,
     Hello,
     History,
     HistoryOk,
@@ -55,9 +56,15 @@ from memproto.frames import (
     ResetPeaksOk,
     Sample,
     Series,
+    Stack,
+    StackDump,
+    StackFrame,
+    StackOk,
+    StackStateChanged,
     Status,
     StatusOk,
     Subscribe,
+    ThreadStack,
     TickStats,
     Unsubscribe,
 )
@@ -161,6 +168,25 @@ EXAMPLES: dict[str, Frame] = {
                      rss_peak_bytes=12 * MiB),
     "detached": Detached(pid=4242, start_time=1_700_000_512.37),
     "dropped": Dropped(count=17),
+    "stack": Stack(id=12, pid=4242, fresh=False),
+    "stack_ok": StackOk(
+        id=12, pid=4242, start_time=1_700_000_512.37, state="ok", message=None,
+        latest=StackDump(
+            time=1_700_000_960.5, trigger="peak", rss_bytes=793 * MiB, vram_bytes=None,
+            threads=[
+                ThreadStack(thread_id=140001, name="MainThread", active=True, owns_gil=True,
+                            frames=[StackFrame("hold_memory", "/srv/model.py", 12),
+                                    StackFrame("<module>", "/srv/model.py", 30)]),
+                ThreadStack(thread_id=140002, name="<b>[worker]</b>", active=False, owns_gil=False, frames=[]),
+            ],
+            attributed_thread=140001,
+        ),
+        at_peak=None,
+        by_line=[GrowthSite("hold_memory", "/srv/model.py", 12, 700 * MiB, 3)],
+        by_function=[GrowthSite("hold_memory", "/srv/model.py", None, 700 * MiB, 3)],
+    ),
+    "stack_state": StackStateChanged(pid=4242, start_time=1_700_000_512.37, state="permission_denied",
+                                     message="permission denied: run the daemon as root or with CAP_SYS_PTRACE"),
 }
 
 

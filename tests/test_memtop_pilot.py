@@ -10,6 +10,7 @@ from textual.pilot import Pilot
 
 from memtop.app import MemtopApp
 from memtop.widgets.header import MemHeader
+from memtop.widgets.stack import StackPanel
 from memtop.widgets.table import ProcessTable
 
 
@@ -116,3 +117,18 @@ async def test_embedded_agent_when_no_daemon(tmp_path: object, make_target: Call
         assert "embedded agent" in str(app.query_one(MemHeader).render().renderables[-1])  # type: ignore[attr-defined]
         embedded = app._embedded
     assert embedded is not None and not embedded._thread.is_alive()  # stopped with the app
+
+
+async def test_detail_pane_shows_the_selected_process_stack(
+    daemon: Daemon, make_target: Callable[..., Target]
+) -> None:
+    fleet = make_fleet(daemon, make_target, {"py-model": 30})
+    app = MemtopApp(daemon.socket, allow_embedded=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await until(pilot, lambda: table_pids(app) == [fleet["py-model"].pid])
+        panel = app.query_one(StackPanel)
+        await until(pilot, lambda: panel.reply is not None and panel.reply.latest is not None, timeout=20)
+        assert panel.reply is not None and panel.reply.latest is not None
+        names = [f.name for t in panel.reply.latest.threads for f in t.frames]
+        assert "main" in names  # target_proc.py's main(), read from outside by py-spy
+        await until(pilot, lambda: app.query_one(ProcessTable).rows[0].stack_state == "ok")

@@ -6,6 +6,7 @@ Regenerate after an intended change with ``pytest tests/test_memtop_snapshots.py
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from memtop_replay import MiB, frames
@@ -14,6 +15,7 @@ from textual.pilot import Pilot
 from memproto.frames import Sample
 from memtop.app import MemtopApp
 from memtop.widgets.header import LinkState
+from memtop.widgets.stack import StackPanel, dump_lines
 from memtop.widgets.table import ProcessTable
 
 
@@ -84,7 +86,7 @@ async def test_cursor_stays_on_its_process_when_rows_resort() -> None:
         table.cursor = 3
         chosen = table.rows[3].pid
         # A new sample in which the chosen process becomes the biggest: it moves to the top.
-        sample = frames()[-2]
+        sample = [f for f in frames() if isinstance(f, Sample)][-1]
         assert isinstance(sample, Sample)
         rows = [list(r) for r in sample.rows]
         for r in rows:
@@ -95,3 +97,20 @@ async def test_cursor_stays_on_its_process_when_rows_resort() -> None:
         assert table.rows[0].pid == chosen
         assert table.selected is not None and table.selected.pid == chosen
         assert app.selected_key == table.selected.key
+
+
+async def test_stack_names_are_shown_verbatim_not_as_markup() -> None:
+    """A thread or function name is the target's data: '[bold red]' must appear as typed."""
+    app = replayed_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await replay(pilot)
+        panel = app.query_one(StackPanel)
+        assert panel.reply is not None
+        # Render with the thread that has markup-like names attributed.
+        dump = panel.reply.latest
+        assert dump is not None
+        lines = dump_lines(replace(dump, attributed_thread=2), "latest")
+        text = "\n".join(line.plain for line in lines)
+        assert "[bold red]loader[/] <b>" in text and "[link=x]fetch[/link]" in text
+        assert all(not span.style or "red" not in str(span.style) for line in lines for span in line.spans
+                   if "loader" in line.plain[span.start:span.end])

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import HERE, Daemon, MiB, Target, memagent_cli, wait_sample
 
-from conftest import HERE, MiB, Daemon, Target, memagent_cli, wait_sample
 from memproto.frames import Sample, StackStateChanged
 
 pytestmark = pytest.mark.skipif(
@@ -62,8 +62,10 @@ def test_the_allocating_function_is_in_the_stack_at_peak_and_tops_the_attributio
     assert "hold_memory" in [f.name for f in attributed.frames]
     top = reply.by_line[0]
     assert top.function == "hold_memory" and top.filename.endswith("stack_target.py")
-    assert top.bytes >= 190 * MiB
-    assert reply.by_function[0].bytes >= 190 * MiB
+    # A growth that spans two ticks may land on two lines of the function (the allocation,
+    # then where it waits): together they hold it all, and by function it is one site.
+    assert sum(s.bytes for s in reply.by_line if s.function == "hold_memory") >= 190 * MiB
+    assert reply.by_function[0].function == "hold_memory" and reply.by_function[0].bytes >= 190 * MiB
     # The command line shows the same, as JSON for scripts.
     r = memagent_cli("stack", "--socket", daemon.socket, str(t.pid), "--cached", "--json")
     out = json.loads(r.stdout)

@@ -13,9 +13,9 @@ a new peak; on demand (``memagent stack PID``, memtop's selected process); and a
 rotation so every watched Python process has a recent stack.
 
 **Attribution**: every positive RSS/VRAM delta between ticks waits in the process's
-pending growth; the next stack taken gets it, aggregated by line (the innermost frame of
-the attributed thread) and by function (every function on that stack). This is
-correlation from sampling: see ``docs/stacks.md``.
+pending growth; the next stack taken gets it, credited to the innermost frame of the
+attributed thread and aggregated by line and by function (the lines of one function
+together). This is correlation from sampling: see ``docs/stacks.md``.
 """
 
 from __future__ import annotations
@@ -174,10 +174,11 @@ class ProcessStacks:
         thread = next((t for t in dump.threads if t.thread_id == dump.attributed_thread), None)
         if growth <= 0 or thread is None or not thread.frames:
             return
+        # Attributed to the innermost frame only: counting every frame on the stack would
+        # put <module> and main() on top of every table, since they are on every stack.
         leaf = thread.frames[0]
         _bump(self.by_line, (leaf.name, leaf.filename, leaf.line), growth)
-        for name, filename in dict.fromkeys((f.name, f.filename) for f in thread.frames):
-            _bump(self.by_function, (name, filename), growth)
+        _bump(self.by_function, (leaf.name, leaf.filename), growth)
 
     def sites(self, limit: int = 20) -> tuple[list[GrowthSite], list[GrowthSite]]:
         lines = sorted(self.by_line.items(), key=lambda kv: -kv[1][0])[:limit]

@@ -41,6 +41,9 @@ from memproto.frames import (
     ResetPeaks,
     ResetPeaksOk,
     Sample,
+    Stack,
+    StackOk,
+    StackStateChanged,
     Status,
     StatusOk,
     Subscribe,
@@ -51,11 +54,16 @@ from .link import DaemonLink, LinkClosed, NoDaemon
 from .messages import FrameArrived, LinkDown, LinkUp
 from .model import SORTS, FleetModel, Key, Snapshot, sort_rows
 from .screens import AttachScreen, HelpScreen, python_candidates
-from .widgets.detail import DetailPane
+from .widgets.detail import DetailPane, RssPanel
 from .widgets.header import LinkState, MemHeader
+from .widgets.stack import StackPanel
 from .widgets.table import ProcessTable
 
 SORT_CYCLE = ("peak", "rss", "growth", "share", "pid", "name")
+#: Seconds between two stack requests for the selected process.
+STACK_EVERY = 3.0
+#: Stack states in which asking again is pointless.
+NO_STACK_STATES = {"not_python", "py_spy_missing", "disabled", "exited"}
 STATUS_EVERY = 2.0
 BACKOFF_MAX = 5.0
 
@@ -103,6 +111,7 @@ class MemtopApp(App[None]):
         self.model = FleetModel()
         self._link: DaemonLink | None = None
         self._embedded: Any = None
+        self._stack_inflight: int | None = None
 
     def compose(self) -> ComposeResult:
         yield MemHeader()
@@ -115,6 +124,7 @@ class MemtopApp(App[None]):
         self.query_one(ProcessTable).focus()
         if self.connect:
             self.run_link()
+            self.set_interval(STACK_EVERY, self._poll_stack)
 
     def on_unmount(self) -> None:
         if self._embedded is not None:
@@ -185,6 +195,7 @@ class MemtopApp(App[None]):
         self.link_state = LinkState(True, message.path, message.embedded, "", self.paused)
 
     def on_link_down(self, message: LinkDown) -> None:
+        self._stack_inflight = None
         note = f"{message.reason}; retrying in {message.retry_in:g}s"
         self.link_state = replace(self.link_state, connected=False, message=note)
 
@@ -210,6 +221,11 @@ class MemtopApp(App[None]):
             model.remove(frame.pid, frame.start_time)
         elif isinstance(frame, Dropped):
             model.dropped = frame.count
+        elif isinstance(frame, StackOk):
+            self._stack_inflight = None
+            model.apply_stack(frame)
+        elif isinstance(frame, StackStateChanged):
+            model.apply_stack_state(frame.pid, frame.start_time, frame.state)
         elif isinstance(frame, AttachOk | ResetPeaksOk):
             for p in frame.attached if isinstance(frame, AttachOk) else frame.reset:
                 model.upsert(p)
@@ -219,6 +235,9 @@ class MemtopApp(App[None]):
                 model.remove(ref.pid, ref.start_time)
             self._report(frame.failed)
         elif isinstance(frame, Error):
+            if frame.id is not None and frame.id == self._stack_inflight:
+                self._stack_inflight = None  # the selected process went away: nothing to say
+                return
             self.notify(frame.message, title=frame.code, severity="error")
         else:
             return
@@ -248,10 +267,14 @@ class MemtopApp(App[None]):
         table.set_rows(rows, available, self.selected_key)
 
     def _render_detail(self) -> None:
-        pane = self.query_one(DetailPane)
-        pane.row = self.snapshot.row(self.selected_key)
+        pane = self.query_one(RssPanel)
+        row = self.snapshot.row(self.selected_key)
+        pane.row = row
         pane.points = self.model.history(self.selected_key)
         pane.now = self.snapshot.time
+        stack = self.query_one(StackPanel)
+        stack.reply = self.model.stack_for(self.selected_key)
+        stack.state = row.stack_state if row else None
 
     def watch_link_state(self) -> None:
         self.query_one(MemHeader).link = self.link_state
@@ -274,7 +297,20 @@ class MemtopApp(App[None]):
         self.query_one(DetailPane).display = show
 
     def watch_selected_key(self) -> None:
+        self._stack_inflight = None
         self._render_detail()
+        self._poll_stack()
+
+    def _poll_stack(self) -> None:
+        """Ask for the selected process's stacks (a fresh dump, within the daemon's budget)."""
+        row = self.snapshot.row(self.selected_key)
+        if row is None or self._link is None or self._stack_inflight is not None or not self.show_detail:
+            return
+        if row.stack_state in NO_STACK_STATES:
+            return
+        request_id = self._next_id()
+        if self._send(Stack(request_id, row.pid, fresh=row.alive)):
+            self._stack_inflight = request_id
 
     @on(ProcessTable.Highlighted)
     def highlighted(self, message: ProcessTable.Highlighted) -> None:

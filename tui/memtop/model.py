@@ -13,7 +13,7 @@ import bisect
 from array import array
 from dataclasses import dataclass
 
-from memproto.frames import DaemonStatus, GpuInfo, ProcessInfo, Sample, Series
+from memproto.frames import DaemonStatus, GpuInfo, ProcessInfo, Sample, Series, StackOk
 from memproto.series import PeakSeries
 
 MiB = 1024 * 1024
@@ -170,7 +170,7 @@ class GrowthWindow:
 class _Proc:
     """Mutable per-process state; :meth:`row` freezes it into a :class:`ProcRow`."""
 
-    __slots__ = ("alive", "anon", "growth", "info", "peak", "rss", "swap", "trail", "vram", "vram_peak")
+    __slots__ = ("alive", "anon", "growth", "info", "peak", "rss", "stack_state", "swap", "trail", "vram", "vram_peak")
 
     def __init__(self, info: ProcessInfo) -> None:
         self.growth = GrowthWindow()
@@ -187,13 +187,14 @@ class _Proc:
         self.swap = p.swap_bytes
         self.vram = p.vram_bytes
         self.vram_peak = p.vram_peak_bytes
+        self.stack_state = p.stack_state
 
     def row(self, share: float) -> ProcRow:
         p = self.info
         return ProcRow(
             p.pid, p.start_time, p.name, p.label, tuple(p.cmdline), p.uid, self.alive, self.rss, self.peak,
             self.anon, self.swap, p.rss_peak_exact, self.growth.slope() if self.alive else None, share,
-            self.vram, self.vram_peak,
+            self.vram, self.vram_peak, self.stack_state,
         )
 
 
@@ -208,6 +209,8 @@ class FleetModel:
         self.host: HostMem | None = None
         self.gpus: tuple[GpuInfo, ...] = ()
         self.dropped = 0
+        #: The last stack reply, for the selected process only (stacks are large).
+        self.stack: StackOk | None = None
 
     def clear(self) -> None:
         self._procs.clear()
@@ -271,6 +274,19 @@ class FleetModel:
             proc.swap = rec.swap_bytes
             proc.vram = rec.vram_bytes
             proc.vram_peak = rec.vram_peak_bytes
+
+    def apply_stack_state(self, pid: int, start_time: float, state: str) -> None:
+        proc = self._procs.get((pid, start_time))
+        if proc is not None:
+            proc.stack_state = state
+
+    def apply_stack(self, reply: StackOk) -> None:
+        self.stack = reply
+        self.apply_stack_state(reply.pid, reply.start_time, reply.state)
+
+    def stack_for(self, key: Key | None) -> StackOk | None:
+        s = self.stack
+        return s if s is not None and key == (s.pid, s.start_time) else None
 
     def apply_status(self, status: DaemonStatus) -> None:
         self.host = HostMem(status.host.total_bytes, status.host.available_bytes)

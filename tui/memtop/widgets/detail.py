@@ -1,16 +1,19 @@
-"""Detail pane of the selected process: identity, RSS over time with the peak marked,
-and the place where the stacks feature will show the stack at the peak.
+"""Detail pane of the selected process: identity and RSS over time with the peak marked
+(:class:`RssPanel`) beside its Python stacks (:class:`~memtop.widgets.stack.StackPanel`).
 """
 
 from __future__ import annotations
 
 from rich.console import Group, RenderableType
 from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.widget import Widget
 
 from .. import format as fmt
 from ..model import ProcRow, bucket_max
+from .stack import StackPanel
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 CHART_ROWS = 5
@@ -38,7 +41,7 @@ def chart(points: list[tuple[float, int]], end: float, seconds: float, width: in
     return lines
 
 
-class DetailPane(Widget):
+class RssPanel(Widget):
     row: reactive[ProcRow | None] = reactive(None, layout=True)
     points: reactive[list[tuple[float, int]]] = reactive(list)
     now: reactive[float] = reactive(0.0)
@@ -60,10 +63,17 @@ class DetailPane(Widget):
         head.append(f"  anon {fmt.size_long(row.anon)}  swap {fmt.size_long(row.swap)}")
         cmd = Text(" ".join(row.cmdline) or "-", style="dim", no_wrap=True, overflow="ellipsis")
         width = max(10, self.size.width - 2)
-        caption = Text(f"RSS, last {self.window / 60:.0f} min (max per column; ", style="dim")
+        caption = Text(f"RSS, last {self.window / 60:.0f} min, ", style="dim", no_wrap=True, overflow="ellipsis")
         caption.append("█", style="bold red")
-        caption.append(" = highest)", style="dim")
+        caption.append(" = highest", style="dim")
         lines: list[RenderableType] = [head, cmd, caption]
         lines.extend(chart(self.points, self.now, self.window, width, row.peak))
-        lines.append(Text("stack: not collected yet (stacks come with py-spy support)", style="dim"))
         return Group(*lines)
+
+
+class DetailPane(Horizontal):
+    """RSS on the left, stacks on the right."""
+
+    def compose(self) -> ComposeResult:
+        yield RssPanel()
+        yield StackPanel()
