@@ -9,6 +9,7 @@ run it as another user.
 import gc
 import os
 import sys
+import threading
 import time
 
 MiB = 1024 * 1024
@@ -17,6 +18,7 @@ MiB = 1024 * 1024
 def main() -> None:
     held = []
     children = []
+    leaking = []
     out = sys.stdout
     out.write(f"ok ready {os.getpid()}\n")
     out.flush()
@@ -26,6 +28,7 @@ def main() -> None:
             held.append(bytearray(b"\x01") * (int(args[0]) * MiB))
             out.write("ok alloc\n")
         elif cmd == "free":
+            leaking.clear()
             held.clear()
             gc.collect()
             out.write("ok free\n")
@@ -41,6 +44,29 @@ def main() -> None:
                 os._exit(0)
             children.append(pid)
             out.write(f"ok fork {pid}\n")
+        elif cmd == "leak":  # leak MIB_PER_S: grow steadily in a thread until told "free"
+            rate = float(args[0])
+
+            def leak(rate=rate):
+                while leaking:
+                    held.append(bytearray(b"\x01") * int(rate * MiB / 10))
+                    time.sleep(0.1)
+
+            leaking.append(True)
+            threading.Thread(target=leak, daemon=True).start()
+            out.write("ok leak\n")
+        elif cmd == "share":  # share MIB N: hold MIB and fork N children that keep it shared
+            held.append(bytearray(b"\x01") * (int(args[0]) * MiB))
+            pids = []
+            for _ in range(int(args[1])):
+                pid = os.fork()
+                if pid == 0:
+                    os.close(0)
+                    time.sleep(3600)
+                    os._exit(0)
+                pids.append(pid)
+            children.extend(pids)
+            out.write("ok share " + " ".join(map(str, pids)) + "\n")
         elif cmd == "exit":
             out.write("ok exit\n")
             out.flush()

@@ -31,9 +31,12 @@ from memproto import (
 )
 from memproto.frames import (
     Ack,
+    Alert,
+    AlertRaised,
     Attach,
     Attached,
     AttachOk,
+    Contributor,
     DaemonStatus,
     Detach,
     Detached,
@@ -169,6 +172,11 @@ EXAMPLES: dict[str, Frame] = {
     "detached": Detached(pid=4242, start_time=1_700_000_512.37),
     "dropped": Dropped(count=17),
     "stack": Stack(id=12, pid=4242, fresh=False),
+    "alert": AlertRaised(Alert(
+        id=3, kind="headroom", state="firing", severity="critical", resource="host", value=1.53, threshold=1.0,
+        message="Σ peaks 460 MiB would use 153% of the 300 MiB headroom of host memory", time=1_700_000_961.0,
+        contributors=[Contributor(4242, "bert", 160 * MiB)], unit="ratio",
+    )),
     "stack_ok": StackOk(
         id=12, pid=4242, start_time=1_700_000_512.37, state="ok", message=None,
         latest=StackDump(

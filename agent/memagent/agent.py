@@ -15,19 +15,23 @@ import resource
 import time
 from dataclasses import dataclass, field
 
-from memproto.frames import DaemonStatus, GpuInfo, GpuUse, HostMemory
+from memproto.frames import Alert, DaemonStatus, GpuInfo, GpuUse, HostMemory
 
 from . import SOFTWARE
 from .auth import Access, AccessPolicy, resolve_group
 from .autoattach import Scanner
+from .config import AlertConfig, HeadroomConfig
 from .dispatch import Dispatcher
 from .gpu import DeviceReading, Nvml, in_host_pid_namespace, pids_unmatched
+from .hooks import HookRunner
 from .procfs import ProcFS
 from .registry import Registry
 from .sampler import Sampler, Ticker
 from .server import Server
 from .stack_collector import StackCollector
 from .stacks import StackConfig
+from .watch import Watched
+from .watchdog import AlertEngine
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,8 @@ class AgentConfig:
     #: Read GPU memory through NVML (when a driver is there).
     gpu: bool = True
     stacks: StackConfig = field(default_factory=StackConfig)
+    headroom: HeadroomConfig = field(default_factory=HeadroomConfig)
+    alerts: AlertConfig = field(default_factory=AlertConfig)
 
 
 def raise_fd_limit() -> int:
@@ -93,6 +99,8 @@ class Agent:
         self.ticker = Ticker(config.interval, self.on_tick)
         self._scan_every = max(1, round(config.scan_interval / config.interval))
         self.stacks = StackCollector(config.stacks, on_state=self.server.stack_state)
+        self.hooks = HookRunner(config.alerts.hook, config.alerts.hook_timeout)
+        self.alerts = AlertEngine(self.registry, config.headroom, config.alerts, self.deliver_alert, self.stack_text)
         self.gpu = Nvml()
         self.gpu_devices: list[DeviceReading] = []
         self.host_pid_namespace = in_host_pid_namespace()
@@ -107,8 +115,27 @@ class Agent:
             self.sample_gpu()
         if self.config.stacks.enabled:
             self.stacks.on_tick(now, self.registry.alive, exited, self.registry.entries.keys())
+        self.alerts.on_tick(now, exited, self.gpu_devices)
         rows, uids = self.sampler.rows()
         self.server.broadcast_sample(self.ticker.ticks, now, rows, uids)
+
+    def deliver_alert(self, alert: Alert) -> None:
+        """Every way an alert leaves the daemon: log line, protocol frame, hook."""
+        level = logging.WARNING if alert.state == "firing" else logging.INFO
+        log.log(level, "alert %s %s %s [%s]: %s", alert.kind, alert.state, alert.severity, alert.resource,
+                alert.message)
+        self.server.publish_alert(alert, self.registry)
+        self.hooks.submit(alert)
+
+    def stack_text(self, w: Watched) -> str | None:
+        """The stack closest to the peak, as text (for an oom-kill alert)."""
+        ps = self.stacks.stacks.get(w.key)
+        dump = (ps.at_peak or ps.latest) if ps else None
+        if dump is None:
+            return None
+        thread = next((t for t in dump.threads if t.thread_id == dump.attributed_thread), None)
+        frames = thread.frames if thread else []
+        return "stack at peak: " + " <- ".join(f"{f.name} ({f.filename}:{f.line})" for f in frames[:8])
 
     def sample_gpu(self) -> None:
         """One NVML read per device, then each watched process's share of it."""
@@ -165,6 +192,10 @@ class Agent:
             stack_budget=self.config.stacks.budget if self.stacks.usable else 0.0,
             stack_note=None if self.stacks.usable else ("disabled (--no-stacks)" if not self.config.stacks.enabled
                                                          else "py-spy not found"),
+            headroom=self.alerts.headroom,
+            alerts_active=[self.server.alert_for(a, access, self.registry) for a in self.alerts.book.active.values()],
+            alerts_recent=[self.server.alert_for(a, access, self.registry) for a in self.alerts.book.recent],
+            pressure=self.alerts.pressure,
         )
 
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
@@ -198,6 +229,8 @@ class Agent:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await self.server.close()
+            await self.hooks.close()
+            self.alerts.close()
             self.registry.close()
             self.gpu.close()
             log.info("stopped")

@@ -21,7 +21,9 @@ from memproto.frames import Failure, ProcessInfo, StackDump
 from memproto.schema import to_wire
 
 from . import __version__
+from . import config as config_file
 from .client import Client, ConnectionLost, DaemonNotRunning, RequestFailed
+from .config import DEFAULT_PATH as DEFAULT_CONFIG
 from .paths import socket_path
 from .units import human_bytes
 
@@ -55,21 +57,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     d = sub.add_parser("daemon", parents=[common], help="run the agent in the foreground")
-    d.add_argument("--interval", type=_positive, default=0.5, metavar="SECONDS", help="sample interval (0.5)")
-    d.add_argument("--auto", action="append", default=[], metavar="PATTERN",
+    d.add_argument("--config", metavar="FILE", help=f"TOML configuration (default: {DEFAULT_CONFIG} if present)")
+    d.add_argument("--interval", type=_positive, metavar="SECONDS", help="sample interval (0.5)")
+    d.add_argument("--auto", action="append", metavar="PATTERN",
                    help="attach every process whose executable name matches (repeatable), e.g. 'python*'")
     d.add_argument("--auto-label", metavar="NAME", help="label for auto-attached processes")
     d.add_argument("--admin-group", metavar="GROUP", help="members see every process, as root does")
     d.add_argument("--socket-group", metavar="GROUP", help="group of the socket file: its members may connect")
-    d.add_argument("--history", type=_positive, default=600.0, metavar="SECONDS", help="history kept (600)")
-    d.add_argument("--status-refresh", type=_positive, default=1.0, metavar="SECONDS",
+    d.add_argument("--history", type=_positive, metavar="SECONDS", help="history kept (600)")
+    d.add_argument("--status-refresh", type=_positive, metavar="SECONDS",
                    help="longest time between two reads of an unchanged process's kernel peak and swap (1)")
     d.add_argument("--no-gpu", action="store_true", help="do not read GPU memory through NVML")
     d.add_argument("--no-stacks", action="store_true", help="do not read Python stacks with py-spy")
     d.add_argument("--py-spy", metavar="PATH", help="py-spy executable (default: on PATH, then beside Python)")
-    d.add_argument("--stack-budget", type=_positive, default=4.0, metavar="PER_SECOND",
+    d.add_argument("--stack-budget", type=_positive, metavar="PER_SECOND",
                    help="py-spy dumps per second for the whole box (4)")
-    d.add_argument("--stack-timeout", type=_positive, default=2.0, metavar="SECONDS",
+    d.add_argument("--stack-timeout", type=_positive, metavar="SECONDS",
                    help="a py-spy dump taking longer is killed (2)")
     d.add_argument("-v", "--verbose", action="store_true")
 
@@ -98,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", parents=[common], help="the daemon and the host")
     st.add_argument("--json", action="store_true")
+
+    cc = sub.add_parser("check-config", help="validate a configuration file")
+    cc.add_argument("file", metavar="FILE")
 
     demo = sub.add_parser("demo", parents=[common], help="run a demo fleet under an agent, print ls each second")
     demo.add_argument("--seconds", type=_positive, default=None, help="stop after this long")
@@ -239,44 +245,47 @@ def format_stack(dump: StackDump, title: str) -> list[str]:
 def cmd_stack(args: argparse.Namespace) -> int:
     with Client(socket_path(args.socket), timeout=30.0) as c:
         reply = c.stack(args.pid, fresh=not args.cached)
+    status = EXIT_OK if reply.state in ("ok", "exited") or reply.latest else EXIT_FAILED
     if args.json:
         _print_json({k: v for k, v in to_wire(reply).items() if k != "id"})
-        return EXIT_OK if reply.state in ("ok", "exited") or reply.latest else EXIT_FAILED
+        return status
     print(f"{reply.pid}: stack state {reply.state}" + (f": {reply.message}" if reply.message else ""))
     if reply.latest:
         print("\n".join(format_stack(reply.latest, "latest stack")))
-    if reply.at_peak and reply.at_peak is not reply.latest:
+    if reply.at_peak and reply.at_peak != reply.latest:
         print("\n".join(format_stack(reply.at_peak, "stack at peak")))
     if reply.by_line:
         print("where memory grew (attributed to the next stack taken; correlation, not proof):")
         for s in reply.by_line[:10]:
             print(f"  {human_bytes(s.bytes):>10}  {s.samples:>4}x  {s.function} ({s.filename}:{s.line})")
-    return EXIT_OK if reply.latest or reply.state == "ok" else EXIT_FAILED
+    return status
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
     from .slim import skip_tls_import
 
     skip_tls_import()
-    from .agent import AgentConfig
     from .daemon import run_daemon, setup_logging
-    from .stacks import StackConfig
 
     setup_logging(args.verbose)
-    config = AgentConfig(
-        socket=socket_path(args.socket),
-        interval=args.interval,
-        auto=args.auto,
-        auto_label=args.auto_label,
-        admin_group=args.admin_group,
-        socket_group=args.socket_group,
-        history_seconds=args.history,
-        status_refresh=args.status_refresh,
-        gpu=not args.no_gpu,
-        stacks=StackConfig(enabled=not args.no_stacks, budget=args.stack_budget, timeout=args.stack_timeout,
-                           py_spy=args.py_spy),
-    )
-    return run_daemon(config)
+    path = args.config or config_file.default_path()
+    try:
+        values = config_file.load(path) if path else {}
+    except config_file.ConfigError as exc:
+        print(f"memagent: invalid configuration: {exc}", file=sys.stderr)
+        return EXIT_NO_DAEMON
+    socket = socket_path(args.socket or values.get("socket"))
+    return run_daemon(config_file.agent_config(values, vars(args), socket))
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    try:
+        values = config_file.load(args.file)
+    except config_file.ConfigError as exc:
+        print(f"invalid: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{args.file}: valid ({len(values)} keys set)")
+    return EXIT_OK
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -293,6 +302,7 @@ COMMANDS = {
     "ls": cmd_ls,
     "status": cmd_status,
     "stack": cmd_stack,
+    "check-config": cmd_check_config,
     "demo": cmd_demo,
 }
 

@@ -7,6 +7,7 @@ reply holds) read in one place.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,8 @@ from memproto.frames import (
 
 from .errors import MemagentError
 from .watch import Watched
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -155,8 +158,13 @@ class Dispatcher:
             return self._stack_ok(req, w)
 
         async def reply_when_taken() -> None:
-            await self.agent.stacks.demand(w)
-            session.send(self._stack_ok(req, w))
+            try:
+                await self.agent.stacks.demand(w)
+                reply: Frame = self._stack_ok(req, w)
+            except (MemagentError, OSError, ValueError) as exc:
+                log.exception("stack %d failed", req.pid)
+                reply = Error(req.id, "internal", f"stack failed: {type(exc).__name__}: {exc}")
+            session.send(reply)
 
         task = asyncio.ensure_future(reply_when_taken())
         self._pending.add(task)

@@ -12,7 +12,9 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from .errors import AccessDenied, MemagentError, NoSuchProcess
+from .headroom import memory_cgroup
 from .history import PeakHistory
+from .oom import exit_signal, oom_kill_count
 from .procfs import ProcFS, parse_cmdline, parse_stat, parse_statm, parse_status_memory, parse_status_uid
 from .watch import Watched
 
@@ -147,6 +149,8 @@ class Registry:
         w.history.add(now, w.rss)
         w.follow_children = children
         w.follow_may_watch = may_watch if children else None
+        w.cgroup = memory_cgroup(self.procfs, pid)
+        w.oom_count = oom_kill_count(w.cgroup)
         self.entries[w.key] = w
         self._rebuild_alive()
         log.info("attached %d (%s)%s", pid, stat.comm, f" as {label}" if label else "")
@@ -214,6 +218,10 @@ class Registry:
     def mark_exited(self, gone: list[Watched], now: float) -> None:
         """Processes found exited in one tick: one rebuild, however many there are."""
         for w in gone:
+            try:  # a zombie still tells how it died (read before its handle closes)
+                w.exit_signal = exit_signal(w.handle.read("stat"))
+            except (MemagentError, OSError, ValueError):
+                w.exit_signal = None
             w.mark_exited(now)
             log.info("%d (%s) exited; peak %d bytes", w.pid, w.label or w.name, w.peak)
         self._rebuild_alive()

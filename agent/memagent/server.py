@@ -14,7 +14,8 @@ import os
 import socket
 import stat
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from memproto import (
     PROTOCOL_MAJOR,
@@ -28,14 +29,17 @@ from memproto import (
     frame_bytes,
     unpack,
 )
-from memproto.frames import Attached, Detached, Error, Exited, Frame, Hello, StackStateChanged
+from memproto.frames import Alert, AlertRaised, Attached, Detached, Error, Exited, Frame, Hello, StackStateChanged
 from memproto.limits import MAX_CLIENT_FRAME_BYTES
 
 from . import SOFTWARE
-from .auth import AccessPolicy, peer_credentials
+from .auth import Access, AccessPolicy, peer_credentials
 from .connection import ClientSession
 from .errors import MemagentError
 from .watch import Watched
+
+if TYPE_CHECKING:
+    from .registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -259,5 +263,20 @@ class Server:
     def detached(self, w: Watched) -> None:
         self._publish(Detached(w.pid, w.start_time), w.uid)
 
-    def stack_state(self, w: Watched) -> None:
-        self._publish(StackStateChanged(w.pid, w.start_time, w.stack_state or "", None), w.uid)
+    @staticmethod
+    def alert_for(alert: Alert, access: Access, registry: Registry) -> Alert:
+        """What a client may see of an alert: others' processes are left out of it."""
+        if access.sees_all:
+            return alert
+        uid_of = {w.pid: w.uid for w in registry.entries.values()}
+        mine = [c for c in alert.contributors if uid_of.get(c.pid) == access.peer.uid]
+        if alert.pid is not None and uid_of.get(alert.pid) != access.peer.uid:
+            return replace(alert, contributors=mine, details=None, message=f"{alert.kind} on another user's process")
+        return replace(alert, contributors=mine)
+
+    def publish_alert(self, alert: Alert, registry: Registry) -> None:
+        for session in self._subscribers():
+            session.send(AlertRaised(self.alert_for(alert, session.access, registry)))
+
+    def stack_state(self, w: Watched, message: str | None) -> None:
+        self._publish(StackStateChanged(w.pid, w.start_time, w.stack_state or "", message), w.uid)

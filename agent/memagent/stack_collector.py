@@ -52,10 +52,10 @@ _FINAL = {NOT_PYTHON, MISSING, DISABLED, EXITED}
 
 
 class StackCollector:
-    def __init__(self, config: StackConfig, on_state: Callable[[Watched], None] | None = None) -> None:
+    def __init__(self, config: StackConfig, on_state: Callable[[Watched, str | None], None] | None = None) -> None:
         self.config = config
         self.py_spy = find_py_spy(config.py_spy) if config.enabled else None
-        self.on_state = on_state or (lambda w: None)
+        self.on_state = on_state or (lambda w, message: None)
         self.bucket = TokenBucket(config.budget, config.burst)
         self.stacks: dict[Key, ProcessStacks] = {}
         self.dumps_started = 0
@@ -88,7 +88,7 @@ class StackCollector:
         if (ps.state, ps.message) != (state, message):
             ps.state, ps.message = state, message
             w.stack_state = state
-            self.on_state(w)
+            self.on_state(w, message)
 
     # ------------------------------------------------------------------ from the tick
 
@@ -153,9 +153,11 @@ class StackCollector:
 
     async def demand(self, w: Watched, timeout: float = 15.0) -> None:
         """Take a fresh dump of ``w`` (ahead of the queue, within the budget) and wait for it."""
-        if not self.usable or self.of(w).state in _FINAL:
+        if not self.usable:
             self.request(w, DEMAND)  # sets the state that says why not
             return
+        if self.of(w).state in _FINAL:
+            return  # not Python, or gone: a dump would only spend budget
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(w.key, []).append(future)
         self.request(w, DEMAND)

@@ -95,10 +95,12 @@ def classify_failure(stderr: str, pid_alive: bool) -> tuple[str, str]:
     text = stderr.strip()
     first = next((line.strip() for line in text.splitlines() if line.strip()), "py-spy failed")
     lower = text.lower()
+    # Permission first: py-spy's message for a process it may not read also says "check
+    # that the process is running" (root without CAP_SYS_PTRACE, in a container).
+    if pid_alive and ("permission denied" in lower or "operation not permitted" in lower):
+        return DENIED, ADVICE[DENIED]
     if not pid_alive or "no such process" in lower or "check that the process is running" in lower:
         return EXITED, ADVICE[EXITED]
-    if "permission denied" in lower or "operation not permitted" in lower:
-        return DENIED, ADVICE[DENIED]
     if "failed to find python version" in lower or "doesn't look like a python" in lower:
         return NOT_PYTHON, ADVICE[NOT_PYTHON]
     if "unsupported" in lower and "version" in lower:

@@ -29,7 +29,9 @@ class Watched:
         "alive",
         "anon",
         "attached_at",
+        "cgroup",
         "cmdline",
+        "exit_signal",
         "exited_at",
         "follow_children",
         "follow_may_watch",
@@ -39,12 +41,16 @@ class Watched:
         "label",
         "last_statm",
         "name",
+        "oom_count",
         "peak_exact",
         "peak_since",
         "pid",
         "row",
         "rss",
         "sampled_max",
+        "share",
+        "share_due",
+        "share_known",
         "stack_state",
         "start_time",
         "starttime",
@@ -103,6 +109,17 @@ class Watched:
         self.vram_sampled_only = False
         #: Where reading this process's Python stack stands (memagent.stacks states).
         self.stack_state: str | None = None
+        #: PSS / RSS from the last smaps_rollup read (1.0 until read): pages shared with
+        #: other processes count in proportion (see memagent.headroom).
+        self.share = 1.0
+        #: When the next PSS read is due (0: as soon as possible).
+        self.share_due = 0.0
+        self.share_known = False
+        #: Its memory cgroup (for the cgroup limit and the OOM-kill counter), or None.
+        self.cgroup: str | None = None
+        #: Its cgroup's oom_kill counter when last read; the signal that ended it.
+        self.oom_count: int | None = None
+        self.exit_signal: int | None = None
         # Raw descriptors for the sampler's hot loop (no wrapper call per read).
         self.statm_fd = handle._statm
         self.status_fd = handle._status

@@ -132,6 +132,70 @@ class GpuInfo:
 
 @wire
 @dataclass(frozen=True, slots=True)
+class Contributor:
+    """A process's part in a Σ of peaks (v1.3)."""
+
+    pid: int
+    label: str
+    peak_bytes: int
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Headroom:
+    """Would the peaks fit? For the host or one GPU (v1.3); see docs/headroom.md."""
+
+    #: "host", or the GPU's UUID.
+    resource: str
+    name: str
+    capacity_bytes: int
+    #: Σ of the watched processes' peaks (host: share-adjusted, see docs/headroom.md).
+    sum_peaks_bytes: int
+    #: sum_peaks / capacity; nil when the capacity is 0.
+    ratio: float | None
+    #: Total memory (or the cgroup limit, or the GPU's total) the capacity comes from.
+    limit_bytes: int
+    reserve_bytes: int
+    #: What processes that are not watched use now.
+    unwatched_bytes: int
+    #: True when the capacity is the configured ``[host] capacity``.
+    configured: bool
+    top: list[Contributor]
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """An alert (v1.3). The same JSON goes to the hook, ``status --json`` and memtop."""
+
+    #: Increases with every alert the daemon raises; an update of one alert keeps its id.
+    id: int
+    #: "headroom", "pressure", "leak", "budget" or "oom-kill".
+    kind: str
+    #: "firing" or "resolved".
+    state: str
+    #: "warning" or "critical".
+    severity: str
+    #: "host", a GPU UUID, a label (budget) or "pid:PID" (leak, oom-kill).
+    resource: str
+    value: float
+    threshold: float
+    message: str
+    time: float
+    contributors: list[Contributor]
+    #: What value and threshold measure: "ratio", "percent", "bytes", "bytes/s".
+    unit: str = ""
+    pid: int | None = None
+    #: leak: seconds until the headroom is gone at the current pace.
+    eta_seconds: float | None = None
+    #: oom-kill: "kernel-log", "cgroup" or "inferred".
+    source: str | None = None
+    #: oom-kill: the process's last RSS samples and stack, as text.
+    details: str | None = None
+
+
+@wire
+@dataclass(frozen=True, slots=True)
 class DaemonStatus:
     software: str
     pid: int
@@ -159,6 +223,12 @@ class DaemonStatus:
     stack_budget: float = 0.0
     #: v1.2: nil when stacks can be read, else why not ("py-spy not found", "disabled").
     stack_note: str | None = None
+    #: v1.3: the headroom of the host and of each GPU; alerts firing now, and ended ones.
+    headroom: list[Headroom] = field(default_factory=list)
+    alerts_active: list[Alert] = field(default_factory=list)
+    alerts_recent: list[Alert] = field(default_factory=list)
+    #: v1.3: memory PSI "some avg10" (percent), nil where /proc/pressure is missing.
+    pressure: float | None = None
 
 
 @wire
@@ -563,6 +633,15 @@ class StackStateChanged(Frame):
 
 @wire
 @dataclass(frozen=True, slots=True)
+class AlertRaised(Frame):
+    """v1.3: an alert fired, changed severity, or resolved."""
+
+    TYPE: ClassVar[str] = "alert"
+    alert: Alert
+
+
+@wire
+@dataclass(frozen=True, slots=True)
 class Dropped(Frame):
     """Sent before the next sample when this client was too slow: ``count`` is the total
     number of sample frames dropped for it since it connected."""
@@ -577,6 +656,6 @@ REQUESTS: tuple[type[Frame], ...] = (
 REPLIES: tuple[type[Frame], ...] = (
     AttachOk, DetachOk, ResetPeaksOk, ListOk, HistoryOk, StatusOk, StackOk, Ack, Error,
 )
-EVENTS: tuple[type[Frame], ...] = (Sample, Attached, Exited, Detached, Dropped, StackStateChanged)
+EVENTS: tuple[type[Frame], ...] = (Sample, Attached, Exited, Detached, Dropped, StackStateChanged, AlertRaised)
 _ALL: tuple[type[Frame], ...] = (Hello, *REQUESTS, *REPLIES, *EVENTS)
 FRAME_TYPES: dict[str, type[Frame]] = {cls.TYPE: cls for cls in _ALL}

@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.reactive import reactive
+from textual.widget import Widget
 from textual.widgets import Footer, Input
 
 from memproto import ProtocolError
@@ -59,6 +60,7 @@ from .widgets.header import LinkState, MemHeader
 from .widgets.stack import StackPanel
 from .widgets.table import ProcessTable
 
+W = TypeVar("W", bound=Widget)
 SORT_CYCLE = ("peak", "rss", "growth", "share", "pid", "name")
 #: Seconds between two stack requests for the selected process.
 STACK_EVERY = 3.0
@@ -113,6 +115,11 @@ class MemtopApp(App[None]):
         self._embedded: Any = None
         self._stack_inflight: int | None = None
 
+    def _main(self, kind: type[W]) -> W:
+        """A widget of the main screen, even while a modal screen (help, attach) is on top:
+        frames keep arriving and must land on the main screen's widgets."""
+        return self.screen_stack[0].query_one(kind)
+
     def compose(self) -> ComposeResult:
         yield MemHeader()
         yield ProcessTable(id="table")
@@ -121,7 +128,7 @@ class MemtopApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one(ProcessTable).focus()
+        self._main(ProcessTable).focus()
         if self.connect:
             self.run_link()
             self.set_interval(STACK_EVERY, self._poll_stack)
@@ -252,7 +259,7 @@ class MemtopApp(App[None]):
 
     def watch_snapshot(self) -> None:
         self._render_table()
-        self.query_one(MemHeader).snapshot = self.snapshot
+        self._main(MemHeader).snapshot = self.snapshot
         self._render_detail()
 
     def _render_table(self) -> None:
@@ -262,22 +269,22 @@ class MemtopApp(App[None]):
         available = {key for key in ("vram", "vram_peak") if any(getattr(r, key) is not None for r in snap.rows)}
         if any(r.stack_state for r in snap.rows):
             available.add("stack")
-        table = self.query_one(ProcessTable)
+        table = self._main(ProcessTable)
         table.sort_column, table.sort_reverse = self.sort_column, self.sort_reverse
         table.set_rows(rows, available, self.selected_key)
 
     def _render_detail(self) -> None:
-        pane = self.query_one(RssPanel)
+        pane = self._main(RssPanel)
         row = self.snapshot.row(self.selected_key)
         pane.row = row
         pane.points = self.model.history(self.selected_key)
         pane.now = self.snapshot.time
-        stack = self.query_one(StackPanel)
+        stack = self._main(StackPanel)
         stack.reply = self.model.stack_for(self.selected_key)
         stack.state = row.stack_state if row else None
 
     def watch_link_state(self) -> None:
-        self.query_one(MemHeader).link = self.link_state
+        self._main(MemHeader).link = self.link_state
 
     def watch_sort_column(self) -> None:
         self._render_table()
@@ -294,7 +301,7 @@ class MemtopApp(App[None]):
             self.snapshot = self.model.snapshot()
 
     def watch_show_detail(self, show: bool) -> None:
-        self.query_one(DetailPane).display = show
+        self._main(DetailPane).display = show
 
     def watch_selected_key(self) -> None:
         self._stack_inflight = None
@@ -351,16 +358,16 @@ class MemtopApp(App[None]):
         self.sort_column = SORT_CYCLE[(i + 1) % len(SORT_CYCLE)]
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self.screen_stack[0].query_one("#filter", Input)
         box.add_class("visible")
         box.focus()
 
     def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self.screen_stack[0].query_one("#filter", Input)
         box.value = ""
         box.remove_class("visible")
         self.filter_text = ""
-        self.query_one(ProcessTable).focus()
+        self._main(ProcessTable).focus()
 
     @on(Input.Changed, "#filter")
     def filter_changed(self, event: Input.Changed) -> None:
@@ -370,7 +377,7 @@ class MemtopApp(App[None]):
     def filter_done(self, event: Input.Submitted) -> None:
         if not event.value.strip():
             event.input.remove_class("visible")
-        self.query_one(ProcessTable).focus()
+        self._main(ProcessTable).focus()
 
     def action_pause(self) -> None:
         self.paused = not self.paused
@@ -387,12 +394,12 @@ class MemtopApp(App[None]):
             self.notify(f"attaching {pid}")
 
     def action_detach(self) -> None:
-        row = self.query_one(ProcessTable).selected
+        row = self._main(ProcessTable).selected
         if row is not None and self._send(Detach(self._next_id(), [row.pid])):
             self.notify(f"detached {row.pid} ({row.display_name})")
 
     def action_reset_peak(self) -> None:
-        row = self.query_one(ProcessTable).selected
+        row = self._main(ProcessTable).selected
         if row is not None and row.alive and self._send(ResetPeaks(self._next_id(), [row.pid])):
             self.notify(f"peak of {row.pid} reset")
 

@@ -1,0 +1,255 @@
+"""The daemon's TOML configuration: defaults, file, then command-line flags.
+
+``--config FILE``, else ``/etc/memagent/memagent.toml`` when present. Every key is listed
+in ``docs/configuration.md`` and ``packaging/memagent.toml``; an unknown key or a wrong
+value is an error naming the key, so a typo never silently keeps a default. Sizes take
+``512MiB``, ``2G``, ``1.5GiB`` or a number of bytes (K/M/G/T and KiB/MiB/GiB/TiB are
+binary; KB/MB/GB/TB are decimal).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+DEFAULT_PATH = "/etc/memagent/memagent.toml"
+MiB = 1024 * 1024
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1024, "kib": 1024, "m": MiB, "mib": MiB, "g": 1024 * MiB, "gib": 1024 * MiB,
+    "t": 1024**4, "tib": 1024**4,
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+class ConfigError(Exception):
+    """An invalid configuration: ``key`` is the dotted key, ``reason`` what is wrong."""
+
+    def __init__(self, key: str, reason: str, path: str | None = None) -> None:
+        self.key = key
+        self.reason = reason
+        self.path = path
+        super().__init__(f"{path + ': ' if path else ''}{key}: {reason}")
+
+
+def parse_size(value: object, key: str = "size") -> int:
+    """Bytes from ``512MiB``, ``2G``, ``1.5GiB``, ``1000000`` or an integer."""
+    if isinstance(value, bool):
+        raise ConfigError(key, "expected a size such as 512MiB, 2G or a number of bytes")
+    if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(key, "a size cannot be negative")
+        return value
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        if m and m.group(2).lower() in _UNITS:
+            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    raise ConfigError(key, f"not a size: {value!r} (use e.g. 512MiB, 2G, 1.5GiB or bytes)")
+
+
+@dataclass
+class HeadroomConfig:
+    #: Memory the watched processes may use altogether; None: derived (see docs/headroom.md).
+    host_capacity: int | None = None
+    #: Kept free for everything else (used only when capacity is derived).
+    host_reserve: int = 256 * MiB
+    gpu_reserve: int = 256 * MiB
+    #: Seconds between two PSS reads of a process (smaps_rollup holds its mmap lock).
+    pss_refresh: float = 30.0
+
+
+@dataclass
+class AlertConfig:
+    warn_fraction: float = 0.9
+    critical_fraction: float = 1.0
+    #: A firing alert resolves only below threshold * (1 - hysteresis).
+    hysteresis: float = 0.05
+    hook: list[str] = field(default_factory=list)
+    hook_timeout: float = 5.0
+    #: Memory PSI ``some avg10`` (percent of time stalled) that fires a pressure alert.
+    pressure_threshold: float = 10.0
+    #: Leak: growth over ``leak_window`` seconds of at least ``leak_min_rate`` bytes a minute,
+    #: with the headroom gone within ``leak_horizon`` seconds at that pace.
+    leak_window: float = 300.0
+    leak_min_rate: int = 1 * MiB
+    leak_horizon: float = 3600.0
+    #: Per-label budgets (Σ of the peaks of the processes with that label), bytes.
+    budgets: dict[str, int] = field(default_factory=dict)
+    #: How many ended alerts ``status`` keeps.
+    recent: int = 100
+
+
+# ----------------------------------------------------------------------------- schema
+
+Check = Callable[[object, str], Any]
+
+
+def _float(lo: float = 0.0, hi: float | None = None, exclusive_lo: bool = True) -> Check:
+    def check(v: object, key: str) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ConfigError(key, f"expected a number, got {v!r}")
+        x = float(v)
+        if (x <= lo if exclusive_lo else x < lo) or (hi is not None and x > hi):
+            raise ConfigError(key, f"out of range: {x:g}")
+        return x
+    return check
+
+
+def _str(v: object, key: str) -> str:
+    if not isinstance(v, str):
+        raise ConfigError(key, f"expected a string, got {v!r}")
+    return v
+
+
+def _bool(v: object, key: str) -> bool:
+    if not isinstance(v, bool):
+        raise ConfigError(key, f"expected true or false, got {v!r}")
+    return v
+
+
+def _str_list(v: object, key: str) -> list[str]:
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ConfigError(key, "expected a list of strings")
+    return list(v)
+
+
+def _size(v: object, key: str) -> int:
+    return parse_size(v, key)
+
+
+def _budgets(v: object, key: str) -> dict[str, int]:
+    if not isinstance(v, dict):
+        raise ConfigError(key, "expected a table of label = size")
+    return {str(label): parse_size(size, f"{key}.{label}") for label, size in v.items()}
+
+
+#: Every key, with its check: the file may hold these and nothing else.
+SCHEMA: dict[str, dict[str, Check] | Check] = {
+    "interval": _float(),
+    "socket": _str,
+    "auto": _str_list,
+    "auto_label": _str,
+    "admin_group": _str,
+    "socket_group": _str,
+    "history": _float(),
+    "status_refresh": _float(),
+    "host": {"capacity": _size, "reserve": _size, "pss_refresh": _float()},
+    "gpu": {"enabled": _bool, "reserve": _size},
+    "stacks": {"enabled": _bool, "budget": _float(), "timeout": _float(), "py_spy": _str,
+               "growth_threshold": _size, "rotation": _float()},
+    "alerts": {
+        "warn_fraction": _float(0.0, 10.0),
+        "critical_fraction": _float(0.0, 10.0),
+        "hysteresis": _float(0.0, 0.5, exclusive_lo=False),
+        "hook": _str_list,
+        "hook_timeout": _float(),
+        "pressure_threshold": _float(0.0, 100.0),
+        "leak_window": _float(),
+        "leak_min_rate": _size,
+        "leak_horizon": _float(),
+        "recent": _float(),
+    },
+    "budgets": _budgets,
+}
+
+
+def validate(data: dict[str, Any], path: str | None = None) -> dict[str, Any]:
+    """The checked values, flattened to ``section.key``; raises ConfigError."""
+    out: dict[str, Any] = {}
+    try:
+        for key, value in data.items():
+            spec = SCHEMA.get(key)
+            if spec is None:
+                raise ConfigError(key, "unknown key")
+            if isinstance(spec, dict):
+                if not isinstance(value, dict):
+                    raise ConfigError(key, "expected a table")
+                for sub, v in value.items():
+                    check = spec.get(sub)
+                    if check is None:
+                        raise ConfigError(f"{key}.{sub}", "unknown key")
+                    out[f"{key}.{sub}"] = check(v, f"{key}.{sub}")
+            else:
+                out[key] = spec(value, key)
+        if out.get("alerts.critical_fraction", 1.0) < out.get("alerts.warn_fraction", 0.9):
+            raise ConfigError("alerts.critical_fraction", "must not be below alerts.warn_fraction")
+        if out.get("alerts.hook") == []:
+            raise ConfigError("alerts.hook", "an empty command; leave the key out for no hook")
+    except ConfigError as exc:
+        exc.path = path
+        exc.args = (str(ConfigError(exc.key, exc.reason, path)),)
+        raise
+    return out
+
+
+def load(path: str) -> dict[str, Any]:
+    """Read and validate a config file."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError("-", f"cannot read: {exc.strerror}", path) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("-", f"not valid TOML: {exc}", path) from None
+    return validate(data, path)
+
+
+def default_path() -> str | None:
+    return DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None
+
+
+def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> Any:
+    """An :class:`~memagent.agent.AgentConfig` from file ``values`` and command-line
+    ``flags`` (None: not given); flags win."""
+    from .agent import AgentConfig
+    from .stacks import StackConfig
+
+    def pick(flag: str, key: str, default: Any) -> Any:
+        if flags.get(flag) is not None:
+            return flags[flag]
+        return values.get(key, default)
+
+    stacks = StackConfig(
+        enabled=not flags.get("no_stacks") and values.get("stacks.enabled", True),
+        budget=pick("stack_budget", "stacks.budget", 4.0),
+        timeout=pick("stack_timeout", "stacks.timeout", 2.0),
+        py_spy=pick("py_spy", "stacks.py_spy", None),
+        growth_threshold=values.get("stacks.growth_threshold", 32 * MiB),
+        rotation=values.get("stacks.rotation", 30.0),
+    )
+    headroom = HeadroomConfig(
+        host_capacity=values.get("host.capacity"),
+        host_reserve=values.get("host.reserve", HeadroomConfig.host_reserve),
+        gpu_reserve=values.get("gpu.reserve", HeadroomConfig.gpu_reserve),
+        pss_refresh=values.get("host.pss_refresh", HeadroomConfig.pss_refresh),
+    )
+    alerts = AlertConfig(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("alerts.")})
+    alerts.recent = int(alerts.recent)
+    alerts.budgets = values.get("budgets", {})
+    return AgentConfig(
+        socket=socket,
+        interval=pick("interval", "interval", 0.5),
+        auto=flags.get("auto") or values.get("auto", []),
+        auto_label=pick("auto_label", "auto_label", None),
+        admin_group=pick("admin_group", "admin_group", None),
+        socket_group=pick("socket_group", "socket_group", None),
+        history_seconds=pick("history", "history", 600.0),
+        status_refresh=pick("status_refresh", "status_refresh", 1.0),
+        gpu=not flags.get("no_gpu") and values.get("gpu.enabled", True),
+        stacks=stacks,
+        headroom=headroom,
+        alerts=alerts,
+    )

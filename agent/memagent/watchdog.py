@@ -1,0 +1,237 @@
+"""Each tick: the headroom of the host and each GPU, and the alerts that follow from it.
+
+Runs right after the memory and GPU sample of the tick, so an alert reaches its hook
+within one interval of the crossing. Kinds: ``headroom`` (host and each GPU),
+``pressure`` (memory PSI), ``leak`` (sustained growth, with the time until the headroom
+is gone), ``budget`` (a label's Σ peaks over its configured budget) and ``oom-kill``.
+PSS, which the host Σ needs, is read off the tick in a worker thread and rarely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from memproto.frames import Alert, Contributor, Headroom
+
+from .alerts import AlertBook, Reading
+from .config import AlertConfig, HeadroomConfig
+from .errors import MemagentError
+from .gpu import DeviceReading
+from .headroom import HostInputs, cgroup_limit, contribution, gpu_headroom, host_headroom, share_ratio
+from .oom import SIGKILL, KernelLog, oom_kill_count
+from .procfs import ProcFS
+from .registry import Registry
+from .units import human_bytes
+from .watch import Watched
+
+log = logging.getLogger(__name__)
+
+LEAK_EVERY = 5.0
+CGROUP_EVERY = 10.0
+PSS_PER_TICK = 8
+PSS_GRACE = 10.0
+
+
+def read_pressure(procfs: ProcFS) -> float | None:
+    """Memory PSI ``some avg10`` (percent of the last 10 s some task stalled on memory)."""
+    try:
+        for line in procfs.read("pressure", "memory").splitlines():
+            if line.startswith(b"some "):
+                for part in line.split()[1:]:
+                    if part.startswith(b"avg10="):
+                        return float(part[6:])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def slope(points: list[tuple[float, int]]) -> float | None:
+    """Least-squares slope in bytes/s of (time, bytes) points."""
+    n = len(points)
+    if n < 3:
+        return None
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    den = sum((t - mt) ** 2 for t, _ in points)
+    return sum((t - mt) * (v - mv) for t, v in points) / den if den else None
+
+
+class AlertEngine:
+    def __init__(self, registry: Registry, headroom: HeadroomConfig, alerts: AlertConfig,
+                 deliver: Callable[[Alert], None], stack_text: Callable[[Watched], str | None]) -> None:
+        self.registry = registry
+        self.procfs: ProcFS = registry.procfs
+        self.headroom_config = headroom
+        self.config = alerts
+        self.book = AlertBook(alerts.hysteresis, alerts.recent, deliver)
+        self.stack_text = stack_text
+        self.kmsg = KernelLog()
+        self.headroom: list[Headroom] = []
+        self.pressure: float | None = None
+        self._cgroup_limit: int | None = None
+        self._next_cgroup = 0.0
+        self._next_leak = 0.0
+        self._pss_task: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------------ per tick
+
+    def on_tick(self, now: float, exited: list[Watched], devices: list[DeviceReading]) -> None:
+        watched = list(self.registry.entries.values())
+        alive = self.registry.alive
+        self._schedule_pss(now, alive)
+        if now >= self._next_cgroup:
+            self._next_cgroup = now + CGROUP_EVERY
+            self._cgroup_limit = self._shared_cgroup_limit(alive)
+        mem = self.procfs.meminfo()
+        host = host_headroom(HostInputs(mem.get("MemTotal", 0), mem.get("MemAvailable", 0), self._cgroup_limit),
+                             watched, self.headroom_config)
+        views = [host]
+        gpu_views = [gpu_headroom(d, watched, self.headroom_config) for d in devices if not d.lost and d.total]
+        views += gpu_views
+        self.headroom = views
+        c = self.config
+        # A process just attached counts its shared pages in full until its PSS is read
+        # (within a tick or two): judging the host before that would raise false alarms
+        # for forked workers. Not for long, though: at most PSS_GRACE seconds.
+        unsure = any(not w.share_known and now - w.attached_at < PSS_GRACE for w in alive)
+        for view in views:
+            if view.ratio is None or (unsure and view.resource == "host"):
+                continue
+            what = "host memory" if view.resource == "host" else view.name
+            self.book.evaluate(Reading(
+                "headroom", view.resource, view.ratio, c.warn_fraction, c.critical_fraction, "ratio",
+                f"Σ peaks {human_bytes(view.sum_peaks_bytes)} would use {view.ratio:.0%} of the "
+                f"{human_bytes(view.capacity_bytes)} headroom of {what}", view.top,
+            ))
+        for uuid in self.book.resources("headroom") - {v.resource for v in views}:
+            self.book.clear("headroom", uuid, f"resolved: {uuid} is no longer sampled")
+        self._pressure()
+        self._budgets(watched)
+        if now >= self._next_leak:
+            self._next_leak = now + LEAK_EVERY
+            self._leaks(now, host)
+        self.kmsg.poll(now)
+        for w in exited:
+            self._oom(w, now, host)
+
+    # ------------------------------------------------------------------ kinds
+
+    def _pressure(self) -> None:
+        self.pressure = read_pressure(self.procfs)
+        if self.pressure is None:
+            return
+        t = self.config.pressure_threshold
+        self.book.evaluate(Reading("pressure", "host", self.pressure, t, min(100.0, 3 * t), "percent",
+                                   f"memory pressure: tasks stalled on memory {self.pressure:.1f}% of the "
+                                   f"last 10 s", []))
+
+    def _budgets(self, watched: list[Watched]) -> None:
+        for label, budget in self.config.budgets.items():
+            mine = [w for w in watched if w.label == label]
+            total = sum(contribution(w) for w in mine)
+            top = [Contributor(w.pid, label, contribution(w)) for w in sorted(mine, key=contribution, reverse=True)]
+            self.book.evaluate(Reading(
+                "budget", label, total / budget if budget else 0.0, 1.0, 1.25, "ratio",
+                f"label {label!r}: Σ peaks {human_bytes(total)} of a {human_bytes(budget)} budget", top[:5],
+            ))
+
+    def _leaks(self, now: float, host: Headroom) -> None:
+        c = self.config
+        left = max(0, host.capacity_bytes - host.sum_peaks_bytes)
+        live = set()
+        for w in self.registry.alive:
+            resource = f"pid:{w.pid}"
+            live.add(resource)
+            end, values = w.history.series(c.leak_window)
+            if len(values) < max(3, int(c.leak_window / w.history.step / 2)):
+                continue  # not enough history yet to call it sustained
+            step = w.history.step
+            points = [(end - step * (len(values) - i), v) for i, v in enumerate(values)]
+            rate = slope(points)
+            per_min = (rate or 0.0) * 60
+            # New memory is the process's own (anonymous, unshared): the growth counts in
+            # full, whatever share of its older pages it shares with others.
+            eta = left / rate if rate and rate > 0 else None
+            leaking = per_min >= c.leak_min_rate and eta is not None and eta <= c.leak_horizon
+            name = w.label or w.name
+            message = (f"{name} ({w.pid}) grows {human_bytes(int(per_min))}/min over {c.leak_window:g} s"
+                       + (f"; the headroom is gone in {eta / 60:.1f} min at this pace" if eta is not None else ""))
+            critical = per_min if leaking and eta is not None and eta <= c.leak_horizon / 6 else float("inf")
+            self.book.evaluate(Reading(
+                "leak", resource, per_min if leaking else 0.0, float(c.leak_min_rate), critical, "bytes/min",
+                message, [Contributor(w.pid, name, contribution(w))], pid=w.pid, eta_seconds=eta,
+            ))
+        for resource in self.book.resources("leak") - live:
+            self.book.clear("leak", resource, f"resolved: {resource} is no longer alive")
+
+    def _oom(self, w: Watched, now: float, host: Headroom) -> None:
+        source = None
+        if w.pid in self.kmsg.killed:
+            source = "kernel-log"
+        else:
+            count = oom_kill_count(w.cgroup)
+            if count is not None and w.oom_count is not None and count > w.oom_count:
+                source = "cgroup"
+            elif w.exit_signal == SIGKILL and self._memory_was_high(w, host):
+                source = "inferred"
+        if source is None:
+            return
+        name = w.label or w.name
+        _, values = w.history.series(30)
+        last = ", ".join(human_bytes(v) for v in values[-10:])
+        details = f"last RSS per second: {last}" + (f"\n{self.stack_text(w)}" if self.stack_text(w) else "")
+        self.book.event(Alert(
+            id=0, kind="oom-kill", state="firing", severity="critical", resource=f"pid:{w.pid}",
+            value=float(w.peak), threshold=0.0, unit="bytes", time=now, pid=w.pid, source=source,
+            message=f"{name} ({w.pid}) was killed by the OOM killer"
+                    + (" (inferred: SIGKILL at high memory)" if source == "inferred" else "")
+                    + f"; its peak was {human_bytes(w.peak)}",
+            contributors=[Contributor(w.pid, name, w.peak)], details=details,
+        ))
+
+    def _memory_was_high(self, w: Watched, host: Headroom) -> bool:
+        ratio = host.ratio or 0.0
+        return (ratio >= self.config.warn_fraction or (self.pressure or 0) >= self.config.pressure_threshold
+                or w.rss >= 0.9 * w.peak)
+
+    # ------------------------------------------------------------------ PSS and cgroups
+
+    def _shared_cgroup_limit(self, alive: list[Watched]) -> int | None:
+        groups = {w.cgroup for w in alive}
+        if len(groups) != 1:
+            return None
+        (group,) = groups
+        return cgroup_limit(group) if group and not group.endswith(":/") else None
+
+    def _schedule_pss(self, now: float, alive: list[Watched]) -> None:
+        if self._pss_task is not None and not self._pss_task.done():
+            return
+        due = sorted((w for w in alive if w.share_due <= now), key=lambda w: w.share_due)[:PSS_PER_TICK]
+        if not due:
+            return
+        refresh = self.headroom_config.pss_refresh
+        for w in due:
+            w.share_due = now + refresh  # claimed: not picked again while the read runs
+        self._pss_task = asyncio.ensure_future(asyncio.to_thread(self._read_pss, due))
+
+    @staticmethod
+    def _read_pss(batch: list[Watched]) -> None:
+        """In a worker thread: smaps_rollup takes the target's mmap lock; keep it off the tick."""
+        for w in batch:
+            if not w.alive or w.handle.closed:
+                continue
+            try:
+                ratio = share_ratio(w.handle.read("smaps_rollup"))
+            except (MemagentError, OSError, ValueError):
+                continue  # it exited meanwhile
+            # Closed while we read (exit or detach): the descriptor may have been reused.
+            if ratio is not None and w.alive and not w.handle.closed:
+                w.share = ratio
+            w.share_known = True
+
+    def close(self) -> None:
+        self.kmsg.close()
+
+
