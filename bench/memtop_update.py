@@ -23,6 +23,7 @@ from typing import Any
 
 from memproto import decode, encode, encode_sample
 from memproto.frames import (
+    SAMPLE_FIELDS,
     DaemonStatus,
     HostMemory,
     ListOk,
@@ -60,7 +61,7 @@ def processes() -> list[ProcessInfo]:
 def sample_bytes(seq: int) -> bytes:
     rows = [[10_000 + i, T0 + i, True, (50 + i + (seq * 7 + i) % 13) * MiB, (70 + i) * MiB, (40 + i) * MiB, 0]
             for i in range(ROWS)]
-    return encode_sample(seq, T0 + seq * 0.25, 0.25, rows)
+    return encode_sample(seq, T0 + seq * 0.25, 0.25, rows, SAMPLE_FIELDS)
 
 
 def status_bytes() -> bytes:

@@ -8,6 +8,8 @@ Prints a report; asserts nothing. See bench/README.md for what each number means
 3. the target line: <= 5 us per process-sample at 1000 processes
 4. the daemon's own RSS at 1000 processes with full history          (daemon_rss.py)
 5. tick regularity of the real daemon at 1000 processes, 0.1 s      (tick_regularity.py)
+6. memtop at 1000 rows                                              (memtop_update.py)
+7. what py-spy stack dumps cost a watched workload                  (stacks_overhead.py)
 
 All watched processes are children of this process in one process group, killed on the
 way out whatever happens (SIGTERM included).
@@ -90,6 +92,12 @@ def main() -> int:
     # memtop runs in its own process so that its RSS is its own.
     print("== 6. memtop at 1000 rows ==", flush=True)
     subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "memtop_update.py")],
+                   check=False)
+    print()
+
+    # Workloads, daemons and py-spy are processes of its own: run it like memtop.
+    print("== 7. stacks overhead on the watched process ==", flush=True)
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stacks_overhead.py")],
                    check=False)
     print()
     print(f"done in {time.monotonic() - started:.0f} s; {_load()} at end (other load on the box skews wall times)")

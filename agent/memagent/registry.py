@@ -212,7 +212,9 @@ class Registry:
         except AccessDenied:
             log.warning("pid %d: kernel peak not resettable (clear_refs denied); peak is sampled from now on", pid)
             exact = False
-        w.restart_window(now, exact)
+        statm = parse_statm(w.handle.statm_bytes())
+        mem = parse_status_memory(w.handle.status_bytes())
+        w.restart_window(now, exact, statm.resident, statm.shared, mem.hwm_bytes)
         return w
 
     def mark_exited(self, gone: list[Watched], now: float) -> None:

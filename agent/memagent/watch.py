@@ -190,11 +190,15 @@ class Watched:
         self.handle.close()
         self.statm_fd = self.status_fd = -1
 
-    def restart_window(self, now: float, exact: bool) -> None:
+    def restart_window(self, now: float, exact: bool, resident_pages: int, shared_pages: int,
+                       hwm: int | None) -> None:
+        """A new peak window from values read just now (after clear_refs): the last tick's
+        RSS may be stale, e.g. caught in the middle of a spike that is over."""
         self.peak_since = now
         self.peak_exact = exact
-        self.sampled_max = self.rss
-        self.hwm = self.rss if exact else 0
+        self.sampled_max = 0
+        self.hwm = (hwm or 0) if exact else 0
+        self.set_memory(resident_pages, shared_pages, self.hwm, None)
         self.last_statm = b""  # re-read status on the next tick
         self.status_due = 0
         # The driver's accounting maximum covers the process's whole life and cannot be

@@ -211,6 +211,8 @@ class MemtopApp(App[None]):
 
     def feed(self, frame: Frame) -> None:
         """Apply one frame from the daemon (also used to replay recorded frames in tests)."""
+        if not self.screen_stack:
+            return  # shutting down: frames still in flight have nowhere to go
         model = self.model
         if isinstance(frame, Sample):
             model.apply_sample(frame)
@@ -284,6 +286,8 @@ class MemtopApp(App[None]):
         stack.state = row.stack_state if row else None
 
     def watch_link_state(self) -> None:
+        if not self.screen_stack:
+            return
         self._main(MemHeader).link = self.link_state
 
     def watch_sort_column(self) -> None:

@@ -42,7 +42,7 @@ def chart(points: list[tuple[float, int]], end: float, seconds: float, width: in
 
 
 class RssPanel(Widget):
-    row: reactive[ProcRow | None] = reactive(None, layout=True)
+    row: reactive[ProcRow | None] = reactive(None)
     points: reactive[list[tuple[float, int]]] = reactive(list)
     now: reactive[float] = reactive(0.0)
     window: reactive[float] = reactive(600.0)

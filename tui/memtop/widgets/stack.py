@@ -49,7 +49,7 @@ def dump_lines(dump: StackDump, title: str, max_frames: int = MAX_FRAMES) -> lis
 
 
 class StackPanel(Widget):
-    reply: reactive[StackOk | None] = reactive(None, layout=True)
+    reply: reactive[StackOk | None] = reactive(None)
     #: The selected process's stack state when no reply is there yet.
     state: reactive[str | None] = reactive(None)
 
