@@ -8,11 +8,15 @@ import math
 from memproto.frames import (
     SAMPLE_COLUMNS,
     SAMPLE_FIELDS,
+    Alert,
+    AlertRaised,
+    Contributor,
     DaemonStatus,
     Exited,
     Frame,
     GpuInfo,
     GrowthSite,
+    Headroom,
     HistoryOk,
     HostMemory,
     ListOk,
@@ -91,6 +95,15 @@ def frames(gpus: bool = False) -> list[Frame]:
         socket="/run/memagent/memagent.sock", watched=11, alive=10, clients=1,
         tick=TickStats(14400, INTERVAL, 0.002, 0, 0.0004),
         host=HostMemory(16 * 1024 * MiB, 7 * 1024 * MiB, 0, 0),
+        headroom=[Headroom("host", "host memory", 13 * GiB, int(12.1 * GiB), 12.1 / 13, 16 * GiB, GiB,
+                           2 * GiB, False, [Contributor(4100, "resnet50-train", int(3.4 * GiB))])],
+        alerts_active=[Alert(1, "headroom", "firing", "warning", "host", 0.93, 0.9,
+                             "Σ peaks 12.1 GiB would use 93% of the 13.0 GiB headroom of host memory", T0 - 5,
+                             [Contributor(4100, "resnet50-train", int(3.4 * GiB))], "ratio")],
+        alerts_recent=[Alert(2, "oom-kill", "firing", "critical", "pid:4177", float(2 * GiB), 0.0,
+                             "etl [shard 3] (4177) was killed by the OOM killer; its peak was 2.00 GiB", T0 - 90,
+                             [], "bytes", pid=4177, source="cgroup",
+                             details="last RSS per second: 1.9 GiB, 2.0 GiB\nstack at peak: load (etl.py:40)")],
         gpu_available=gpus,
         gpus=[GpuInfo(0, "NVIDIA A100-SXM4-80GB", "GPU-5b1c9e2a", 80 * GiB, 41 * GiB),
               GpuInfo(1, "NVIDIA A100-SXM4-80GB", "GPU-77d0f31c", 80 * GiB, 12 * GiB)] if gpus else [],
@@ -114,6 +127,9 @@ def frames(gpus: bool = False) -> list[Frame]:
         out.append(Sample(tick + 1, T0 + tick * INTERVAL, INTERVAL, list(fields), rows))
     out.append(Exited(exited.pid, exited.start_time, T0 - 30, exited.rss_peak_bytes))
     out.append(stack_reply(infos[0]))
+    out.append(AlertRaised(Alert(3, "leak", "firing", "warning", "pid:4135", 90.0 * MiB, 60.0 * MiB,
+                                 "feature-etl (4135) grows 90 MiB/min over 300 s; the headroom is gone in "
+                                 "9.9 min at this pace", T0 + 19, [], "bytes/min", pid=4135, eta_seconds=594.0)))
     return out
 
 

@@ -6,9 +6,13 @@ Regenerate after an intended change with ``pytest tests/test_memtop_snapshots.py
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from memtop_replay import MiB, frames
 from textual.pilot import Pilot
 
@@ -17,6 +21,20 @@ from memtop.app import MemtopApp
 from memtop.widgets.header import LinkState
 from memtop.widgets.stack import StackPanel, dump_lines
 from memtop.widgets.table import ProcessTable
+
+
+@pytest.fixture(autouse=True)
+def utc() -> Iterator[None]:
+    """memtop shows local times: pin the zone so the screens are the same everywhere."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
 
 
 def replayed_app() -> MemtopApp:
@@ -63,6 +81,14 @@ def test_help_screen(snap_compare: Any) -> None:
         await pilot.press("question_mark")
 
     assert snap_compare(replayed_app(), terminal_size=(100, 30), run_before=help_)
+
+
+def test_alert_log(snap_compare: Any) -> None:
+    async def log(pilot: Pilot[Any]) -> None:
+        await replay(pilot)
+        await pilot.press("l")
+
+    assert snap_compare(replayed_app(), terminal_size=(120, 30), run_before=log)
 
 
 def test_disconnected_state(snap_compare: Any) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import sys
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from textual.widgets import Footer, Input
 
 from memproto import ProtocolError
 from memproto.frames import (
+    AlertRaised,
     Attach,
     Attached,
     AttachOk,
@@ -55,6 +57,7 @@ from .link import DaemonLink, LinkClosed, NoDaemon
 from .messages import FrameArrived, LinkDown, LinkUp
 from .model import SORTS, FleetModel, Key, Snapshot, sort_rows
 from .screens import AttachScreen, HelpScreen, python_candidates
+from .widgets.alerts import AlertBanner, AlertLogScreen
 from .widgets.detail import DetailPane, RssPanel
 from .widgets.header import LinkState, MemHeader
 from .widgets.stack import StackPanel
@@ -82,6 +85,7 @@ class MemtopApp(App[None]):
         Binding("d", "detach", "Detach"),
         Binding("r", "reset_peak", "Reset peak"),
         Binding("p", "pause", "Pause"),
+        Binding("l", "alert_log", "Alerts"),
         Binding("question_mark", "help", "Help"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
@@ -122,12 +126,16 @@ class MemtopApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield MemHeader()
+        yield AlertBanner()
         yield ProcessTable(id="table")
         yield DetailPane()
         yield Input(placeholder="filter: PID, name, label or command line", id="filter")
         yield Footer()
 
     def on_mount(self) -> None:
+        # Everything built so far (Textual, widgets, styles) lives as long as the app: keep
+        # it out of the cyclic GC's full passes, which otherwise stall an update now and then.
+        gc.freeze()
         self._main(ProcessTable).focus()
         if self.connect:
             self.run_link()
@@ -233,6 +241,8 @@ class MemtopApp(App[None]):
         elif isinstance(frame, StackOk):
             self._stack_inflight = None
             model.apply_stack(frame)
+        elif isinstance(frame, AlertRaised):
+            model.apply_alert(frame.alert)
         elif isinstance(frame, StackStateChanged):
             model.apply_stack_state(frame.pid, frame.start_time, frame.state)
         elif isinstance(frame, AttachOk | ResetPeaksOk):
@@ -262,6 +272,7 @@ class MemtopApp(App[None]):
     def watch_snapshot(self) -> None:
         self._render_table()
         self._main(MemHeader).snapshot = self.snapshot
+        self._main(AlertBanner).alerts = self.snapshot.alerts
         self._render_detail()
 
     def _render_table(self) -> None:
@@ -385,6 +396,9 @@ class MemtopApp(App[None]):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
+
+    def action_alert_log(self) -> None:
+        self.push_screen(AlertLogScreen(list(self.model.alerts.values()), list(self.model.recent_alerts)))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

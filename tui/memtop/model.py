@@ -13,7 +13,7 @@ import bisect
 from array import array
 from dataclasses import dataclass
 
-from memproto.frames import DaemonStatus, GpuInfo, ProcessInfo, Sample, Series, StackOk
+from memproto.frames import Alert, DaemonStatus, GpuInfo, Headroom, ProcessInfo, Sample, Series, StackOk
 from memproto.series import PeakSeries
 
 MiB = 1024 * 1024
@@ -87,6 +87,9 @@ class Snapshot:
     sum_peaks: int = 0
     dropped: int = 0
     gpus: tuple[GpuInfo, ...] = ()
+    #: The daemon's headroom of the host (first) and each GPU; empty before its status.
+    headroom: tuple[Headroom, ...] = ()
+    alerts: tuple[Alert, ...] = ()
 
     @property
     def alive(self) -> int:
@@ -211,6 +214,10 @@ class FleetModel:
         self.dropped = 0
         #: The last stack reply, for the selected process only (stacks are large).
         self.stack: StackOk | None = None
+        self.headroom: tuple[Headroom, ...] = ()
+        #: Firing alerts by id, and ended or one-off ones, newest first.
+        self.alerts: dict[int, Alert] = {}
+        self.recent_alerts: list[Alert] = []
 
     def clear(self) -> None:
         self._procs.clear()
@@ -292,6 +299,17 @@ class FleetModel:
         self.host = HostMem(status.host.total_bytes, status.host.available_bytes)
         self.interval = status.interval
         self.gpus = tuple(status.gpus)
+        self.headroom = tuple(status.headroom)
+        self.alerts = {a.id: a for a in status.alerts_active}
+        self.recent_alerts = list(status.alerts_recent)
+
+    def apply_alert(self, alert: Alert) -> None:
+        if alert.state == "firing" and alert.kind != "oom-kill":
+            self.alerts[alert.id] = alert
+            return
+        self.alerts.pop(alert.id, None)
+        self.recent_alerts.insert(0, alert)
+        del self.recent_alerts[100:]
 
     # ------------------------------------------------------------------ snapshots out
 
@@ -303,7 +321,8 @@ class FleetModel:
         procs = self._procs.values()
         total = sum(p.peak for p in procs)
         rows = tuple(p.row(p.peak / total if total else 0.0) for p in procs)
-        return Snapshot(rows, self.seq, self.time, self.interval, self.host, total, self.dropped, self.gpus)
+        return Snapshot(rows, self.seq, self.time, self.interval, self.host, total, self.dropped, self.gpus,
+                        self.headroom, tuple(self.alerts.values()))
 
 
 # ---------------------------------------------------------------------- sorting

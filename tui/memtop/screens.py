@@ -25,6 +25,7 @@ HELP = [
     ("d", "detach the selected process"),
     ("r", "reset the selected process's peak (starts a new peak window)"),
     ("p", "pause / resume the display (data keeps arriving)"),
+    ("l", "the alert log: alerts firing now and recent ones"),
     ("?", "this help"),
     ("q", "quit"),
 ]

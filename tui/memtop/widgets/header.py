@@ -75,7 +75,7 @@ class MemHeader(Widget):
         return text
 
     def _gauge(self, label: str, value: int, total: int | None, warn: float, crit: float) -> Text:
-        width = max(10, self.size.width - 44)
+        width = max(10, self.size.width - 48)
         text = Text(f"{label:<9}", no_wrap=True, overflow="ellipsis")
         if not total:
             text.append(fmt.bar(0, width, "dim"))
@@ -108,6 +108,12 @@ class MemHeader(Widget):
         return lines
 
     def _peaks_line(self) -> Text:
-        # Until the headroom model lands, Σ peaks is measured against total memory.
+        """Σ peaks against the daemon's host headroom (share-adjusted, see docs/headroom.md);
+        against total memory for a daemon that does not report headroom."""
+        headroom = next((h for h in self.snapshot.headroom if h.resource == "host"), None)
+        if headroom is not None:
+            line = self._gauge("Σ peaks", headroom.sum_peaks_bytes, headroom.capacity_bytes, 0.9, 1.0)
+            line.append(" of headroom", style="dim")
+            return line
         host = self.snapshot.host
         return self._gauge("Σ peaks", self.snapshot.sum_peaks, host.total if host else None, 0.9, 1.0)
