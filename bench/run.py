@@ -100,6 +100,11 @@ def main() -> int:
     subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stacks_overhead.py")],
                    check=False)
     print()
+
+    print("== 8. alert latency: headroom crossing to hook ==", flush=True)
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "alert_latency.py")],
+                   check=False)
+    print()
     print(f"done in {time.monotonic() - started:.0f} s; {_load()} at end (other load on the box skews wall times)")
     print(f"reproduce: {_command()}")
     return 0

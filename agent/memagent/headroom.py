@@ -3,12 +3,14 @@
 Host: ``capacity`` is the configured ``[host] capacity``, else ``limit - reserve -
 unwatched``: ``limit`` is total memory, or the memory limit of the cgroup all watched
 processes share when smaller; ``unwatched`` is what everything not watched uses now
-(used memory minus the watched processes' current share). **Σ peaks** sums over watched
+(used memory minus the watched processes' own part). **Σ peaks** sums over watched
 processes (exited ones too, until detached) each one's *share-adjusted* peak:
-``peak RSS * PSS/RSS``, with PSS/RSS from ``smaps_rollup`` read rarely (it holds the
-target's mmap lock, ~3.4 µs per resident MiB). Pages shared copy-on-write by forked
-workers, and shared libraries, are thus counted once in total instead of once per
-process. See ``docs/headroom.md`` for the worked example and the limits of this estimate.
+``peak RSS - (RSS - PSS)``, where ``RSS - PSS`` is the part of its resident memory it
+shares with other processes beyond its fair share, from ``smaps_rollup`` read rarely (it
+holds the target's mmap lock, ~3.4 µs per resident MiB). Pages shared copy-on-write by
+forked workers, and shared libraries, are thus counted once in total instead of once per
+process, while memory a process grows later (its own) counts in full. See
+``docs/headroom.md`` for the worked example and the limits of this estimate.
 
 GPU: ``capacity = total - reserve - (used - what watched processes use there now)``;
 Σ peaks sums the watched processes' peaks on that GPU.
@@ -29,17 +31,18 @@ from .watch import Watched
 TOP = 5
 
 
-def share_ratio(smaps_rollup: bytes) -> float | None:
-    """PSS / RSS from ``/proc/PID/smaps_rollup``; None when it says nothing."""
+def shared_excess(smaps_rollup: bytes) -> int | None:
+    """``RSS - PSS`` in bytes from ``/proc/PID/smaps_rollup``: the resident memory this
+    process shares beyond its fair share; None when the file says nothing."""
     rss = pss = None
     for line in smaps_rollup.splitlines():
         if line.startswith(b"Rss:"):
-            rss = int(line.split()[1])
+            rss = int(line.split()[1]) * 1024
         elif line.startswith(b"Pss:"):
-            pss = int(line.split()[1])
-    if not rss or pss is None:
+            pss = int(line.split()[1]) * 1024
+    if rss is None or pss is None:
         return None
-    return min(1.0, pss / rss)
+    return max(0, rss - pss)
 
 
 def memory_cgroup(procfs: ProcFS, pid: int) -> str | None:
@@ -86,7 +89,7 @@ class HostInputs:
 
 def contribution(w: Watched) -> int:
     """The share-adjusted peak a process adds to Σ peaks."""
-    return int(w.peak * w.share)
+    return max(0, w.peak - w.shared)
 
 
 def host_headroom(inputs: HostInputs, watched: list[Watched], config: HeadroomConfig) -> Headroom:
@@ -94,7 +97,7 @@ def host_headroom(inputs: HostInputs, watched: list[Watched], config: HeadroomCo
     sum_peaks = sum(p for p, _ in peaks)
     limit = min(inputs.total, inputs.cgroup_limit) if inputs.cgroup_limit else inputs.total
     used = max(0, inputs.total - inputs.available)
-    watched_now = sum(int(w.rss * w.share) for w in watched if w.alive)
+    watched_now = sum(max(0, w.rss - w.shared) for w in watched if w.alive)
     unwatched = max(0, used - watched_now)
     if config.host_capacity is not None:
         capacity, reserve = config.host_capacity, 0

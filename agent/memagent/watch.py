@@ -48,7 +48,7 @@ class Watched:
         "row",
         "rss",
         "sampled_max",
-        "share",
+        "shared",
         "share_due",
         "share_known",
         "stack_state",
@@ -109,9 +109,9 @@ class Watched:
         self.vram_sampled_only = False
         #: Where reading this process's Python stack stands (memagent.stacks states).
         self.stack_state: str | None = None
-        #: PSS / RSS from the last smaps_rollup read (1.0 until read): pages shared with
-        #: other processes count in proportion (see memagent.headroom).
-        self.share = 1.0
+        #: RSS - PSS from the last smaps_rollup read (0 until read): resident memory shared
+        #: with other processes beyond its fair share (see memagent.headroom).
+        self.shared = 0
         #: When the next PSS read is due (0: as soon as possible).
         self.share_due = 0.0
         self.share_known = False

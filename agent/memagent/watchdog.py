@@ -19,7 +19,7 @@ from .alerts import AlertBook, Reading
 from .config import AlertConfig, HeadroomConfig
 from .errors import MemagentError
 from .gpu import DeviceReading
-from .headroom import HostInputs, cgroup_limit, contribution, gpu_headroom, host_headroom, share_ratio
+from .headroom import HostInputs, cgroup_limit, contribution, gpu_headroom, host_headroom, shared_excess
 from .oom import SIGKILL, KernelLog, oom_kill_count
 from .procfs import ProcFS
 from .registry import Registry
@@ -223,12 +223,12 @@ class AlertEngine:
             if not w.alive or w.handle.closed:
                 continue
             try:
-                ratio = share_ratio(w.handle.read("smaps_rollup"))
+                excess = shared_excess(w.handle.read("smaps_rollup"))
             except (MemagentError, OSError, ValueError):
                 continue  # it exited meanwhile
             # Closed while we read (exit or detach): the descriptor may have been reused.
-            if ratio is not None and w.alive and not w.handle.closed:
-                w.share = ratio
+            if excess is not None and w.alive and not w.handle.closed:
+                w.shared = excess
             w.share_known = True
 
     def close(self) -> None:
