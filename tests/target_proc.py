@@ -27,6 +27,17 @@ def die_with_parent():
         os._exit(0)
 
 
+def fork_sleeper():
+    """A child that sleeps, sharing the parent's memory copy-on-write; returns its PID."""
+    pid = os.fork()
+    if pid == 0:
+        os.close(0)
+        die_with_parent()
+        time.sleep(3600)
+        os._exit(0)
+    return pid
+
+
 def main() -> None:
     held = []
     children = []
@@ -49,12 +60,7 @@ def main() -> None:
             del burst
             out.write("ok spike\n")
         elif cmd == "fork":
-            pid = os.fork()
-            if pid == 0:
-                os.close(0)
-                die_with_parent()
-                time.sleep(3600)
-                os._exit(0)
+            pid = fork_sleeper()
             children.append(pid)
             out.write(f"ok fork {pid}\n")
         elif cmd == "leak":  # leak MIB_PER_S: grow steadily in a thread until told "free"
@@ -70,15 +76,7 @@ def main() -> None:
             out.write("ok leak\n")
         elif cmd == "share":  # share MIB N: hold MIB and fork N children that keep it shared
             held.append(bytearray(b"\x01") * (int(args[0]) * MiB))
-            pids = []
-            for _ in range(int(args[1])):
-                pid = os.fork()
-                if pid == 0:
-                    os.close(0)
-                    die_with_parent()
-                    time.sleep(3600)
-                    os._exit(0)
-                pids.append(pid)
+            pids = [fork_sleeper() for _ in range(int(args[1]))]
             children.extend(pids)
             out.write("ok share " + " ".join(map(str, pids)) + "\n")
         elif cmd == "exit":
