@@ -111,11 +111,12 @@ class Agent:
         if self.ticker.ticks % self._scan_every == 1 or self._scan_every == 1:
             self.scanner.scan()
         exited = self.sampler.sample(now)
+        changed = self.sampler.changed
         if self.gpu.available:
-            self.sample_gpu()
+            changed = changed + self.sample_gpu()
         if self.config.stacks.enabled:
-            self.stacks.on_tick(now, self.registry.alive, exited, self.registry.entries.keys())
-        self.alerts.on_tick(now, exited, self.gpu_devices)
+            self.stacks.on_tick(now, changed, exited, self.registry)
+        self.alerts.on_tick(now, exited, self.gpu_devices, changed=bool(changed or exited))
         rows, uids = self.sampler.rows()
         self.server.broadcast_sample(self.ticker.ticks, now, rows, uids)
 
@@ -137,8 +138,9 @@ class Agent:
         frames = thread.frames if thread else []
         return "stack at peak: " + " <- ".join(f"{f.name} ({f.filename}:{f.line})" for f in frames[:8])
 
-    def sample_gpu(self) -> None:
-        """One NVML read per device, then each watched process's share of it."""
+    def sample_gpu(self) -> list[Watched]:
+        """One NVML read per device, then each watched process's share of it; returns the
+        processes whose GPU memory changed."""
         reading = self.gpu.read()
         self.gpu_devices = reading.devices
         if self.host_pid_namespace and pids_unmatched(reading.usage):
@@ -149,6 +151,7 @@ class Agent:
         uuid = {d.index: d.uuid for d in reading.devices}
         accounting = {d.index for d in reading.devices if d.accounting and not d.lost}
         due = self.ticker.ticks % self._exact_every == 0
+        changed = []
         for w in self.registry.alive:
             uses = list(reading.usage.get(w.pid, ()))
             before = {g.index: g.used_bytes for g in w.vram_gpus}
@@ -160,7 +163,11 @@ class Agent:
                     peak = self.gpu.accounting_max(index, w.pid)
                     if peak is not None:
                         exact[index] = peak
+            vram, peak = w.vram, w.vram_peak
             w.set_vram([GpuUse(i, uuid[i], used) for i, used in uses], exact)
+            if (w.vram, w.vram_peak) != (vram, peak):
+                changed.append(w)
+        return changed
 
     def status(self, access: Access) -> DaemonStatus:
         visible = self.registry.visible(access.may_watch)

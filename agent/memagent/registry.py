@@ -65,6 +65,8 @@ class Registry:
         self.entries: dict[tuple[int, int], Watched] = {}
         #: The live subset, rebuilt on change; the sampler iterates it every tick.
         self.alive: list[Watched] = []
+        #: Bumped on every attach, detach and exit: lets consumers skip unchanged ticks.
+        self.version = 0
 
     # ----------------------------------------------------------------- queries
 
@@ -82,6 +84,7 @@ class Registry:
 
     def _rebuild_alive(self) -> None:
         self.alive = [w for w in self.entries.values() if w.alive]
+        self.version += 1
 
     # ----------------------------------------------------------------- changes
 

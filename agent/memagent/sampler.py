@@ -41,27 +41,38 @@ class Sampler:
         #: Ticks between forced status reads of a process whose statm did not change.
         self.status_every = max(1, round(status_refresh / interval))
         self.ticks = 0
+        #: Processes whose memory was re-read in the last tick (the others did not change).
+        self.changed: list[Watched] = []
 
     def sample(self, now: float) -> list[Watched]:
-        """One tick over every live process. Returns the processes found exited."""
+        """One tick over every live process. Returns the processes found exited; those
+        whose memory was re-read this tick are left in :attr:`changed`."""
         tick = self.ticks = self.ticks + 1
         status_every = self.status_every
         exited: list[Watched] = []
+        changed: list[Watched] = []
+        self.changed = changed
         pread = os.pread
+        slot = int(now // self.registry.history_step)
         for w in self.registry.alive:
             try:
                 raw = pread(w.statm_fd, 256, 0)
-                if raw != w.last_statm or tick >= w.status_due:
-                    parts = raw.split(None, 3)
-                    if parts[0] == b"0":  # zombie: the mm is gone
-                        exited.append(w)
-                        continue
-                    status = parse_status_memory(pread(w.status_fd, _STATUS_READ, 0))
-                    w.set_memory(int(parts[1]), int(parts[2]), status.hwm_bytes, status.swap_bytes)
-                    w.last_statm = raw
-                    # Spread the forced reads of processes attached together over ticks.
-                    spread = w.pid % status_every if w.status_due == 0 else 0
-                    w.status_due = tick + status_every - spread
+                if raw == w.last_statm and tick < w.status_due:
+                    # Idle: nothing to record unless the history moved to a new slot.
+                    if w.history.last_slot != slot:
+                        w.history.add(now, w.rss)
+                    continue
+                parts = raw.split(None, 3)
+                if parts[0] == b"0":  # zombie: the mm is gone
+                    exited.append(w)
+                    continue
+                status = parse_status_memory(pread(w.status_fd, _STATUS_READ, 0))
+                w.set_memory(int(parts[1]), int(parts[2]), status.hwm_bytes, status.swap_bytes)
+                w.last_statm = raw
+                # Spread the forced reads of processes attached together over ticks.
+                spread = w.pid % status_every if w.status_due == 0 else 0
+                w.status_due = tick + status_every - spread
+                changed.append(w)
             except OSError as exc:
                 if exc.errno in (errno.ESRCH, errno.ENOENT):
                     exited.append(w)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection
 from memproto.frames import StackDump
 
 from .errors import MemagentError
+from .registry import Registry
 from .stacks import (
     ADVICE,
     DEMAND,
@@ -92,12 +93,16 @@ class StackCollector:
 
     # ------------------------------------------------------------------ from the tick
 
-    def on_tick(self, now: float, alive: list[Watched], exited: list[Watched], entries: Collection[Key]) -> None:
+    def on_tick(self, now: float, changed: list[Watched], exited: list[Watched], registry: Registry) -> None:
+        """``changed``: the processes whose memory was re-read this tick (the others did not
+        move, so they cannot have grown)."""
         for w in exited:
             if w.key in self.stacks:
                 self._set_state(w, EXITED, ADVICE[EXITED])
         threshold = self.config.growth_threshold
-        for w in alive:
+        for w in changed:
+            if not w.alive:
+                continue
             ps = self.of(w)
             total = w.rss + (w.vram or 0)
             peak = w.peak + (w.vram_peak or 0)
@@ -118,7 +123,7 @@ class StackCollector:
             self._peaks[w.key] = max(peak, self._peaks.get(w.key, 0))
         if now >= self._next_rotation:
             self._next_rotation = now + 1.0
-            self._rotate(now, alive, entries)
+            self._rotate(now, registry.alive, registry.entries.keys())
 
     def _rotate(self, now: float, alive: list[Watched], entries: Collection[Key]) -> None:
         """Once a second: forget detached processes; queue the stalest Python process."""

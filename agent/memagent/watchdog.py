@@ -74,16 +74,29 @@ class AlertEngine:
         self._next_cgroup = 0.0
         self._next_leak = 0.0
         self._pss_task: asyncio.Future[None] | None = None
+        self._pss_reads = 0
+        self._state: tuple[int, int] = (-1, -1)
+        self._devices: list[DeviceReading] | None = None
+        self._next_full = 0.0
 
     # ------------------------------------------------------------------ per tick
 
-    def on_tick(self, now: float, exited: list[Watched], devices: list[DeviceReading]) -> None:
-        watched = list(self.registry.entries.values())
+    def on_tick(self, now: float, exited: list[Watched], devices: list[DeviceReading], changed: bool = True) -> None:
         alive = self.registry.alive
         self._schedule_pss(now, alive)
         if now >= self._next_cgroup:
             self._next_cgroup = now + CGROUP_EVERY
             self._cgroup_limit = self._shared_cgroup_limit(alive)
+        self.kmsg.poll(now)
+        for w in exited:
+            self._oom(w, now)
+        # The sums only move when a process's memory, the set of processes or a PSS read
+        # changed; otherwise once a second (for what unwatched processes use).
+        state = (self.registry.version, self._pss_reads)
+        if not changed and devices is self._devices and state == self._state and now < self._next_full:
+            return
+        self._state, self._devices, self._next_full = state, devices, now + 1.0
+        watched = list(self.registry.entries.values())
         mem = self.procfs.meminfo()
         host = host_headroom(HostInputs(mem.get("MemTotal", 0), mem.get("MemAvailable", 0), self._cgroup_limit),
                              watched, self.headroom_config)
@@ -112,9 +125,6 @@ class AlertEngine:
         if now >= self._next_leak:
             self._next_leak = now + LEAK_EVERY
             self._leaks(now, host)
-        self.kmsg.poll(now)
-        for w in exited:
-            self._oom(w, now, host)
 
     # ------------------------------------------------------------------ kinds
 
@@ -166,7 +176,7 @@ class AlertEngine:
         for resource in self.book.resources("leak") - live:
             self.book.clear("leak", resource, f"resolved: {resource} is no longer alive")
 
-    def _oom(self, w: Watched, now: float, host: Headroom) -> None:
+    def _oom(self, w: Watched, now: float) -> None:
         source = None
         if w.pid in self.kmsg.killed:
             source = "kernel-log"
@@ -174,7 +184,7 @@ class AlertEngine:
             count = oom_kill_count(w.cgroup)
             if count is not None and w.oom_count is not None and count > w.oom_count:
                 source = "cgroup"
-            elif w.exit_signal == SIGKILL and self._memory_was_high(w, host):
+            elif w.exit_signal == SIGKILL and self._memory_was_high(w):
                 source = "inferred"
         if source is None:
             return
@@ -191,8 +201,9 @@ class AlertEngine:
             contributors=[Contributor(w.pid, name, w.peak)], details=details,
         ))
 
-    def _memory_was_high(self, w: Watched, host: Headroom) -> bool:
-        ratio = host.ratio or 0.0
+    def _memory_was_high(self, w: Watched) -> bool:
+        host = next((h for h in self.headroom if h.resource == "host"), None)
+        ratio = (host.ratio or 0.0) if host else 0.0
         return (ratio >= self.config.warn_fraction or (self.pressure or 0) >= self.config.pressure_threshold
                 or w.rss >= 0.9 * w.peak)
 
@@ -216,8 +227,7 @@ class AlertEngine:
             w.share_due = now + refresh  # claimed: not picked again while the read runs
         self._pss_task = asyncio.ensure_future(asyncio.to_thread(self._read_pss, due))
 
-    @staticmethod
-    def _read_pss(batch: list[Watched]) -> None:
+    def _read_pss(self, batch: list[Watched]) -> None:
         """In a worker thread: smaps_rollup takes the target's mmap lock; keep it off the tick."""
         for w in batch:
             if not w.alive or w.handle.closed:
@@ -229,6 +239,7 @@ class AlertEngine:
             # Closed while we read (exit or detach): the descriptor may have been reused.
             if excess is not None and w.alive and not w.handle.closed:
                 w.shared = excess
+                self._pss_reads += 1
             w.share_known = True
 
     def close(self) -> None:

@@ -70,5 +70,10 @@ class PeakSeries:
         first_end = end - self.step * (len(values) - 1)
         return [(first_end + self.step * i, v) for i, v in enumerate(values)]
 
+    @property
+    def last_slot(self) -> int:
+        """The slot (``int(time // step)``) of the newest value; -1 when empty."""
+        return self._last_slot
+
     def __len__(self) -> int:
         return self._count
