@@ -28,8 +28,8 @@ for line in sys.stdin:
     if line.startswith("alloc"):
         held.append(bytearray(b"x") * (int(line.split()[1]) << 20))
         sys.stdout.write(f"{time.time()}\\n"); sys.stdout.flush()
-    elif line.startswith("free"):
-        held.clear()
+    elif line.startswith("pop"):
+        held.pop()
         sys.stdout.write("freed\\n"); sys.stdout.flush()
 """
 HOOK = (
@@ -56,7 +56,7 @@ def measure(interval: float, tmp: Path) -> list[float]:
     hook.write_text(HOOK)
     cfg = tmp / f"m-{interval}.toml"
     cfg.write_text(f'interval = {interval}\n[host]\ncapacity = "200MiB"\n'
-                   f'[alerts]\nhook = {json.dumps([sys.executable, str(hook), str(out)])}\nhysteresis = 0.3\n')
+                   f'[alerts]\nhook = {json.dumps([sys.executable, str(hook), str(out)])}\n')
     sock = tmp / f"s-{interval}.sock"
     daemon = subprocess.Popen([sys.executable, "-m", "memagent.cli", "daemon", "--config", str(cfg),
                                "--socket", str(sock), "--no-stacks"], stderr=subprocess.DEVNULL)
@@ -71,16 +71,21 @@ def measure(interval: float, tmp: Path) -> list[float]:
             time.sleep(0.01)
         subprocess.run([sys.executable, "-m", "memagent.cli", "attach", "--socket", str(sock), str(target.pid)],
                        check=True, capture_output=True)
+        # Just below the threshold first, then a small step across it: the crossing is then
+        # the moment that step's allocation ends (within ~10 ms).
+        target.stdin.write("alloc 150\n")
+        target.stdin.flush()
+        target.stdout.readline()
         latencies = []
         for i in range(ROUNDS):
             time.sleep(interval * 3)  # let a tick or two pass first
-            target.stdin.write("alloc 220\n")
+            target.stdin.write("alloc 40\n")
             target.stdin.flush()
             crossed = float(target.stdout.readline())
             fired = wait_lines(out, 2 * i + 1)[-1]
             latencies.append(float(fired["t"]) - crossed)  # type: ignore[arg-type]
-            # Back under the threshold: free, reset the peak, wait for the resolution.
-            target.stdin.write("free\n")
+            # Back under the threshold: free the step, reset the peak, wait for the resolution.
+            target.stdin.write("pop\n")
             target.stdin.flush()
             target.stdout.readline()
             subprocess.run([sys.executable, "-m", "memagent.cli", "reset-peaks", "--socket", str(sock),
