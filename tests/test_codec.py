@@ -292,7 +292,7 @@ def test_sample_records_accept_integer_start_time() -> None:
 
 
 def test_encoding_matches_the_documented_bytes() -> None:
-    """docs/protocol.md §13.2 gives the exact bytes of a list request; other clients rely on them."""
+    """docs/protocol.md §13.5 gives the exact bytes of a list request; other clients rely on them."""
     expected = bytes.fromhex("0000000f83a2696401a174a46c697374a17601")
     assert frame_bytes(encode(ListProcesses(id=1))) == expected
     assert decode(expected[4:]) == ListProcesses(id=1)

@@ -13,6 +13,7 @@ import logging
 import os
 import resource
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from memproto.frames import Alert, DaemonStatus, GpuInfo, GpuUse, HostMemory
@@ -128,6 +129,10 @@ class Agent:
         self.server.publish_alert(alert, self.registry)
         self.hooks.submit(alert)
 
+    def _visible_alerts(self, alerts: Iterable[Alert], access: Access) -> list[Alert]:
+        seen = (self.server.alert_for(a, access, self.registry) for a in alerts)
+        return [a for a in seen if a is not None]
+
     def stack_text(self, w: Watched) -> str | None:
         """The stack closest to the peak, as text (for an oom-kill alert)."""
         ps = self.stacks.stacks.get(w.key)
@@ -199,9 +204,9 @@ class Agent:
             stack_budget=self.config.stacks.budget if self.stacks.usable else 0.0,
             stack_note=None if self.stacks.usable else ("disabled (--no-stacks)" if not self.config.stacks.enabled
                                                          else "py-spy not found"),
-            headroom=self.alerts.headroom,
-            alerts_active=[self.server.alert_for(a, access, self.registry) for a in self.alerts.book.active.values()],
-            alerts_recent=[self.server.alert_for(a, access, self.registry) for a in self.alerts.book.recent],
+            headroom=[self.server.headroom_for(h, access, self.registry) for h in self.alerts.headroom],
+            alerts_active=self._visible_alerts(self.alerts.book.active.values(), access),
+            alerts_recent=self._visible_alerts(self.alerts.book.recent, access),
             pressure=self.alerts.pressure,
         )
 

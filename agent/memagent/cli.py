@@ -224,6 +224,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     for g in status.gpus:
         state = "LOST" if g.lost else f"{human_bytes(g.used_bytes)} used of {human_bytes(g.total_bytes)}"
         print(f"GPU {g.index}: {g.name} {g.uuid}: {state}")
+    for hr in status.headroom:
+        ratio = f"{hr.ratio:.0%}" if hr.ratio is not None else "n/a"
+        print(f"headroom {hr.name}: Σ peaks {human_bytes(hr.sum_peaks_bytes)} of {human_bytes(hr.capacity_bytes)} "
+              f"({ratio})" + (" [configured]" if hr.configured else ""))
+    if status.pressure is not None:
+        print(f"memory pressure (PSI some avg10): {status.pressure:.1f}%")
+    for a in status.alerts_active:
+        print(f"ALERT {a.severity} {a.kind} [{a.resource}]: {a.message}")
     if not status.host_pid_namespace:
         print("warning: the daemon is in a nested PID namespace; NVML's host PIDs will not match "
               "(run it in the host PID namespace)")

@@ -29,7 +29,18 @@ from memproto import (
     frame_bytes,
     unpack,
 )
-from memproto.frames import Alert, AlertRaised, Attached, Detached, Error, Exited, Frame, Hello, StackStateChanged
+from memproto.frames import (
+    Alert,
+    AlertRaised,
+    Attached,
+    Detached,
+    Error,
+    Exited,
+    Frame,
+    Headroom,
+    Hello,
+    StackStateChanged,
+)
 from memproto.limits import MAX_CLIENT_FRAME_BYTES
 
 from . import SOFTWARE
@@ -264,19 +275,29 @@ class Server:
         self._publish(Detached(w.pid, w.start_time), w.uid)
 
     @staticmethod
-    def alert_for(alert: Alert, access: Access, registry: Registry) -> Alert:
-        """What a client may see of an alert: others' processes are left out of it."""
+    def alert_for(alert: Alert, access: Access, registry: Registry) -> Alert | None:
+        """What a client may see of an alert: nothing of an alert about another user's
+        process; box-wide alerts without others' processes among the contributors."""
         if access.sees_all:
             return alert
         uid_of = {w.pid: w.uid for w in registry.entries.values()}
-        mine = [c for c in alert.contributors if uid_of.get(c.pid) == access.peer.uid]
         if alert.pid is not None and uid_of.get(alert.pid) != access.peer.uid:
-            return replace(alert, contributors=mine, details=None, message=f"{alert.kind} on another user's process")
+            return None
+        mine = [c for c in alert.contributors if uid_of.get(c.pid) == access.peer.uid]
         return replace(alert, contributors=mine)
+
+    @staticmethod
+    def headroom_for(view: Headroom, access: Access, registry: Registry) -> Headroom:
+        if access.sees_all:
+            return view
+        uid_of = {w.pid: w.uid for w in registry.entries.values()}
+        return replace(view, top=[c for c in view.top if uid_of.get(c.pid) == access.peer.uid])
 
     def publish_alert(self, alert: Alert, registry: Registry) -> None:
         for session in self._subscribers():
-            session.send(AlertRaised(self.alert_for(alert, session.access, registry)))
+            visible = self.alert_for(alert, session.access, registry)
+            if visible is not None:
+                session.send(AlertRaised(visible))
 
     def stack_state(self, w: Watched, message: str | None) -> None:
         self._publish(StackStateChanged(w.pid, w.start_time, w.stack_state or "", message), w.uid)

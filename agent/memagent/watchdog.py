@@ -202,14 +202,22 @@ class AlertEngine:
         ))
 
     def _memory_was_high(self, w: Watched) -> bool:
+        """The box was short of memory when it died: the headroom near full, or memory
+        pressure (a plain ``kill -9`` on a relaxed box is not an OOM kill)."""
         host = next((h for h in self.headroom if h.resource == "host"), None)
         ratio = (host.ratio or 0.0) if host else 0.0
-        return (ratio >= self.config.warn_fraction or (self.pressure or 0) >= self.config.pressure_threshold
-                or w.rss >= 0.9 * w.peak)
+        return ratio >= self.config.warn_fraction or (self.pressure or 0) >= self.config.pressure_threshold
 
     # ------------------------------------------------------------------ PSS and cgroups
 
     def _shared_cgroup_limit(self, alive: list[Watched]) -> int | None:
+        # Keep each process's view of its cgroup's OOM-kill counter recent, so that only a
+        # kill since the last look is blamed on its exit.
+        counts: dict[str | None, int | None] = {}
+        for w in alive:
+            if w.cgroup not in counts:
+                counts[w.cgroup] = oom_kill_count(w.cgroup)
+            w.oom_count = counts[w.cgroup]
         groups = {w.cgroup for w in alive}
         if len(groups) != 1:
             return None

@@ -183,7 +183,7 @@ class Alert:
     message: str
     time: float
     contributors: list[Contributor]
-    #: What value and threshold measure: "ratio", "percent", "bytes", "bytes/s".
+    #: What value and threshold measure: "ratio", "percent", "bytes", "bytes/min".
     unit: str = ""
     pid: int | None = None
     #: leak: seconds until the headroom is gone at the current pace.
