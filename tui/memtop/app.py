@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import logging
 import sys
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -434,6 +435,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def entry(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    # An embedded agent logs like the daemon; on a full-screen terminal those lines would
+    # tear the display. What it reports (alerts, states) is on the screen anyway.
+    agent_log = logging.getLogger("memagent")
+    agent_log.addHandler(logging.NullHandler())
+    agent_log.propagate = False
     app = MemtopApp(args.socket, allow_embedded=not args.no_embedded, demo=args.demo,
                     embedded_interval=args.interval)
     app.run()
