@@ -213,43 +213,41 @@ def default_path() -> str | None:
 
 def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> Any:
     """An :class:`~memagent.agent.AgentConfig` from file ``values`` and command-line
-    ``flags`` (None: not given); flags win."""
+    ``flags`` (None: not given); flags win, and what neither gives keeps the dataclass's
+    own default."""
     from .agent import AgentConfig
     from .stacks import StackConfig
 
-    def pick(flag: str, key: str, default: Any) -> Any:
-        if flags.get(flag) is not None:
-            return flags[flag]
-        return values.get(key, default)
+    def given(**pairs: tuple[str | None, str]) -> dict[str, Any]:
+        """field -> (flag, file key): the value of the flag, else of the key, if either is set."""
+        out = {}
+        for name, (flag, key) in pairs.items():
+            if flag is not None and flags.get(flag) is not None:
+                out[name] = flags[flag]
+            elif key in values:
+                out[name] = values[key]
+        return out
 
-    stacks = StackConfig(
-        enabled=not flags.get("no_stacks") and values.get("stacks.enabled", True),
-        budget=pick("stack_budget", "stacks.budget", 4.0),
-        timeout=pick("stack_timeout", "stacks.timeout", 2.0),
-        py_spy=pick("py_spy", "stacks.py_spy", None),
-        growth_threshold=values.get("stacks.growth_threshold", 32 * MiB),
-        rotation=values.get("stacks.rotation", 30.0),
-    )
-    headroom = HeadroomConfig(
-        host_capacity=values.get("host.capacity"),
-        host_reserve=values.get("host.reserve", HeadroomConfig.host_reserve),
-        gpu_reserve=values.get("gpu.reserve", HeadroomConfig.gpu_reserve),
-        pss_refresh=values.get("host.pss_refresh", HeadroomConfig.pss_refresh),
-    )
+    stacks = StackConfig(**given(
+        enabled=(None, "stacks.enabled"), budget=("stack_budget", "stacks.budget"),
+        timeout=("stack_timeout", "stacks.timeout"), py_spy=("py_spy", "stacks.py_spy"),
+        growth_threshold=(None, "stacks.growth_threshold"), rotation=(None, "stacks.rotation"),
+    ))
+    if flags.get("no_stacks"):
+        stacks.enabled = False
+    headroom = HeadroomConfig(**given(
+        host_capacity=(None, "host.capacity"), host_reserve=(None, "host.reserve"),
+        gpu_reserve=(None, "gpu.reserve"), pss_refresh=(None, "host.pss_refresh"),
+    ))
     alerts = AlertConfig(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("alerts.")})
     alerts.recent = int(alerts.recent)
     alerts.budgets = values.get("budgets", {})
-    return AgentConfig(
-        socket=socket,
-        interval=pick("interval", "interval", 0.5),
-        auto=flags.get("auto") or values.get("auto", []),
-        auto_label=pick("auto_label", "auto_label", None),
-        admin_group=pick("admin_group", "admin_group", None),
-        socket_group=pick("socket_group", "socket_group", None),
-        history_seconds=pick("history", "history", 600.0),
-        status_refresh=pick("status_refresh", "status_refresh", 1.0),
-        gpu=not flags.get("no_gpu") and values.get("gpu.enabled", True),
-        stacks=stacks,
-        headroom=headroom,
-        alerts=alerts,
-    )
+    config = AgentConfig(socket=socket, stacks=stacks, headroom=headroom, alerts=alerts, **given(
+        interval=("interval", "interval"), auto=("auto", "auto"), auto_label=("auto_label", "auto_label"),
+        admin_group=("admin_group", "admin_group"), socket_group=("socket_group", "socket_group"),
+        history_seconds=("history", "history"), status_refresh=("status_refresh", "status_refresh"),
+        gpu=(None, "gpu.enabled"),
+    ))
+    if flags.get("no_gpu"):
+        config.gpu = False
+    return config

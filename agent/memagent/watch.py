@@ -176,13 +176,6 @@ class Watched:
                 peak[1] = True
         self._build_row()
 
-    def clear_vram(self) -> None:
-        """NVML is not available: GPU memory is unknown, not zero."""
-        if self.vram is not None or self.vram_gpus:
-            self.vram = None
-            self.vram_gpus = []
-            self._build_row()
-
     def mark_exited(self, now: float) -> None:
         self.alive = False
         self.exited_at = now

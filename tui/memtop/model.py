@@ -13,7 +13,17 @@ import bisect
 from array import array
 from dataclasses import dataclass
 
-from memproto.frames import Alert, DaemonStatus, GpuInfo, Headroom, ProcessInfo, Sample, Series, StackOk
+from memproto.frames import (
+    Alert,
+    DaemonStatus,
+    GpuInfo,
+    Headroom,
+    ProcessInfo,
+    ProcessSample,
+    Sample,
+    Series,
+    StackOk,
+)
 from memproto.series import PeakSeries
 
 MiB = 1024 * 1024
@@ -115,7 +125,7 @@ class GrowthWindow:
     from float64's precision limit.
     """
 
-    __slots__ = ("_count", "_head", "_last", "_n", "_origin", "_st", "_stt", "_stv", "_sv", "_t", "_v", "spacing")
+    __slots__ = ("_count", "_head", "_last", "_origin", "_st", "_stt", "_stv", "_sv", "_t", "_v", "spacing")
 
     def __init__(self, seconds: float = GROWTH_WINDOW, spacing: float = 1.0) -> None:
         self.spacing = spacing
@@ -126,7 +136,6 @@ class GrowthWindow:
         self._count = 0
         self._origin: float | None = None
         self._last = -1e18
-        self._n = 0
         self._st = self._sv = self._stt = self._stv = 0.0
 
     def add(self, now: float, rss: int) -> None:
@@ -183,14 +192,18 @@ class _Proc:
 
     def set_info(self, p: ProcessInfo) -> None:
         self.info = p
-        self.alive = p.alive
-        self.rss = p.rss_bytes
-        self.peak = p.rss_peak_bytes
-        self.anon = p.anon_bytes
-        self.swap = p.swap_bytes
-        self.vram = p.vram_bytes
-        self.vram_peak = p.vram_peak_bytes
+        self.take_memory(p)
         self.stack_state = p.stack_state
+
+    def take_memory(self, m: ProcessInfo | ProcessSample) -> None:
+        """The figures a list entry and a sample row both carry, under the same names."""
+        self.alive = m.alive
+        self.rss = m.rss_bytes
+        self.peak = m.rss_peak_bytes
+        self.anon = m.anon_bytes
+        self.swap = m.swap_bytes
+        self.vram = m.vram_bytes
+        self.vram_peak = m.vram_peak_bytes
 
     def row(self, share: float) -> ProcRow:
         p = self.info
@@ -274,13 +287,7 @@ class FleetModel:
             if rec.alive:
                 proc.growth.add(now, rec.rss_bytes)
                 proc.trail.add(now, rec.rss_bytes)
-            proc.alive = rec.alive
-            proc.rss = rec.rss_bytes
-            proc.peak = rec.rss_peak_bytes
-            proc.anon = rec.anon_bytes
-            proc.swap = rec.swap_bytes
-            proc.vram = rec.vram_bytes
-            proc.vram_peak = rec.vram_peak_bytes
+            proc.take_memory(rec)
 
     def apply_stack_state(self, pid: int, start_time: float, state: str) -> None:
         proc = self._procs.get((pid, start_time))
