@@ -22,6 +22,10 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .registry import Registry
 
 MiB = 1024 * 1024
 SHAPES = ("steady", "sawtooth", "leak", "spike", "forked")
@@ -143,12 +147,26 @@ class Fleet:
         self.stop()
 
 
+async def attach_fleet(fleet: Fleet, registry: Registry) -> list[str]:
+    """Attach every member, labelled (the forked one with its workers, once it has forked
+    them); returns why a member could not be attached, if any could not."""
+    from .errors import MemagentError
+
+    await asyncio.sleep(0.5)  # let the forked member fork its workers before attaching
+    problems = []
+    for m in fleet.members:
+        try:
+            registry.attach(m.pid, label=m.label, children=m.shape == "forked")
+        except MemagentError as exc:
+            problems.append(str(exc))
+    return problems
+
+
 def run_demo_printing(socket: str | None, seconds: float | None) -> int:
     """Run an agent with the fleet and print ``memagent ls`` every second."""
     from .agent import Agent, AgentConfig
     from .cli import format_table
     from .daemon import setup_logging
-    from .errors import MemagentError
 
     setup_logging()
     path = socket or os.path.join(tempfile.mkdtemp(prefix="memagent-demo-"), "memagent.sock")
@@ -163,12 +181,8 @@ def run_demo_printing(socket: str | None, seconds: float | None) -> int:
         serving = asyncio.ensure_future(agent.run(stop, ready))
         await ready.wait()
         with Fleet() as fleet:
-            await asyncio.sleep(0.5)  # let the forked demo fork its workers before attaching
-            for m in fleet.members:
-                try:
-                    agent.registry.attach(m.pid, label=m.label, children=m.shape == "forked")
-                except MemagentError as exc:
-                    print(f"demo: {exc}", file=sys.stderr)
+            for problem in await attach_fleet(fleet, agent.registry):
+                print(f"demo: {problem}", file=sys.stderr)
             print(f"demo agent on {path}: try `memagent --socket {path} ls` elsewhere; Ctrl-C stops")
             started = time.monotonic()
             while not stop.is_set():

@@ -10,7 +10,6 @@ path. It watches the current user's Python processes (everyone's when root); wit
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
@@ -18,7 +17,6 @@ import tempfile
 import threading
 
 from .agent import Agent, AgentConfig
-from .errors import MemagentError
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +70,13 @@ class EmbeddedAgent:
         await serving
 
     async def _start_demo(self) -> None:
-        from .demo import Fleet
+        from .demo import Fleet, attach_fleet
 
         fleet = Fleet()
         self._fleet = fleet
-        members = fleet.start()
-        await asyncio.sleep(0.5)  # the forked member forks its workers first
-        for m in members:
-            with contextlib.suppress(MemagentError):
-                self.agent.registry.attach(m.pid, label=m.label, children=m.shape == "forked")
+        fleet.start()
+        for problem in await attach_fleet(fleet, self.agent.registry):
+            log.info("demo: %s", problem)
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and self._thread.is_alive():
