@@ -61,23 +61,27 @@ def memory_cgroup(procfs: ProcFS, pid: int) -> str | None:
     return v2
 
 
-def cgroup_limit(cgroup: str, root: str = "/sys/fs/cgroup") -> int | None:
-    """The memory limit of a cgroup from :func:`memory_cgroup`; None when unlimited."""
+def cgroup_file(cgroup: str, v1_name: str, v2_name: str, root: str = "/sys/fs/cgroup") -> str:
+    """The path of a memory-controller file of a cgroup from :func:`memory_cgroup`: under
+    the v1 ``memory`` hierarchy, or in the v2 unified tree."""
     kind, _, path = cgroup.partition(":")
     path = path.lstrip("/")
-    files = [os.path.join(root, "memory", path, "memory.limit_in_bytes")] if kind == "memory" else [
-        os.path.join(root, path, "memory.max")]
-    for name in files:
-        try:
-            with open(name) as f:
-                text = f.read().strip()
-        except OSError:
-            continue
-        if text == "max":
-            return None
-        value = int(text)
-        return None if value >= 1 << 60 else value  # v1's "unlimited" is a huge number
-    return None
+    if kind == "memory":
+        return os.path.join(root, "memory", path, v1_name)
+    return os.path.join(root, path, v2_name)
+
+
+def cgroup_limit(cgroup: str, root: str = "/sys/fs/cgroup") -> int | None:
+    """The memory limit of a cgroup from :func:`memory_cgroup`; None when unlimited."""
+    try:
+        with open(cgroup_file(cgroup, "memory.limit_in_bytes", "memory.max", root)) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    if text == "max":
+        return None
+    value = int(text)
+    return None if value >= 1 << 60 else value  # v1's "unlimited" is a huge number
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ import logging
 import os
 import re
 
+from .headroom import cgroup_file
+
 log = logging.getLogger(__name__)
 
 _KILLED = re.compile(rb"(?:Killed process|oom-kill:.*?,pid=|Memory cgroup out of memory: Killed process) ?(\d+)")
@@ -65,12 +67,8 @@ def oom_kill_count(cgroup: str | None, root: str = "/sys/fs/cgroup") -> int | No
     """The cgroup's ``oom_kill`` counter, or None when there is none to read."""
     if not cgroup:
         return None
-    kind, _, path = cgroup.partition(":")
-    path = path.lstrip("/")
-    name = (os.path.join(root, "memory", path, "memory.oom_control") if kind == "memory"
-            else os.path.join(root, path, "memory.events"))
     try:
-        with open(name) as f:
+        with open(cgroup_file(cgroup, "memory.oom_control", "memory.events", root)) as f:
             for line in f:
                 if line.startswith("oom_kill "):
                     return int(line.split()[1])
