@@ -129,8 +129,8 @@ class Agent:
         self.server.publish_alert(alert, self.registry)
         self.hooks.submit(alert)
 
-    def _visible_alerts(self, alerts: Iterable[Alert], access: Access) -> list[Alert]:
-        seen = (self.server.alert_for(a, access, self.registry) for a in alerts)
+    def _visible_alerts(self, alerts: Iterable[Alert], own: set[int] | None) -> list[Alert]:
+        seen = (self.server.alert_for(a, own) for a in alerts)
         return [a for a in seen if a is not None]
 
     def stack_text(self, w: Watched) -> str | None:
@@ -176,6 +176,7 @@ class Agent:
 
     def status(self, access: Access) -> DaemonStatus:
         visible = self.registry.visible(access.may_watch)
+        own = self.server.own_pids(access, self.registry)
         mem = self.procfs.meminfo()
         host = HostMemory(
             total_bytes=mem.get("MemTotal", 0),
@@ -204,9 +205,9 @@ class Agent:
             stack_budget=self.config.stacks.budget if self.stacks.usable else 0.0,
             stack_note=None if self.stacks.usable else ("disabled (--no-stacks)" if not self.config.stacks.enabled
                                                          else "py-spy not found"),
-            headroom=[self.server.headroom_for(h, access, self.registry) for h in self.alerts.headroom],
-            alerts_active=self._visible_alerts(self.alerts.book.active.values(), access),
-            alerts_recent=self._visible_alerts(self.alerts.book.recent, access),
+            headroom=[self.server.headroom_for(h, own) for h in self.alerts.headroom],
+            alerts_active=self._visible_alerts(self.alerts.book.active.values(), own),
+            alerts_recent=self._visible_alerts(self.alerts.book.recent, own),
             pressure=self.alerts.pressure,
         )
 

@@ -275,27 +275,36 @@ class Server:
         self._publish(Detached(w.pid, w.start_time), w.uid)
 
     @staticmethod
-    def alert_for(alert: Alert, access: Access, registry: Registry) -> Alert | None:
-        """What a client may see of an alert: nothing of an alert about another user's
-        process; box-wide alerts without others' processes among the contributors."""
+    def own_pids(access: Access, registry: Registry) -> set[int] | None:
+        """The PIDs of the watched processes this client may see; None: all of them."""
         if access.sees_all:
-            return alert
-        uid_of = {w.pid: w.uid for w in registry.entries.values()}
-        if alert.pid is not None and uid_of.get(alert.pid) != access.peer.uid:
             return None
-        mine = [c for c in alert.contributors if uid_of.get(c.pid) == access.peer.uid]
-        return replace(alert, contributors=mine)
+        return {w.pid for w in registry.entries.values() if w.uid == access.peer.uid}
 
     @staticmethod
-    def headroom_for(view: Headroom, access: Access, registry: Registry) -> Headroom:
-        if access.sees_all:
+    def alert_for(alert: Alert, own: set[int] | None) -> Alert | None:
+        """What a client (its :meth:`own_pids`) may see of an alert: nothing of an alert
+        about another user's process; box-wide alerts without others' processes among the
+        contributors."""
+        if own is None:
+            return alert
+        if alert.pid is not None and alert.pid not in own:
+            return None
+        return replace(alert, contributors=[c for c in alert.contributors if c.pid in own])
+
+    @staticmethod
+    def headroom_for(view: Headroom, own: set[int] | None) -> Headroom:
+        if own is None:
             return view
-        uid_of = {w.pid: w.uid for w in registry.entries.values()}
-        return replace(view, top=[c for c in view.top if uid_of.get(c.pid) == access.peer.uid])
+        return replace(view, top=[c for c in view.top if c.pid in own])
 
     def publish_alert(self, alert: Alert, registry: Registry) -> None:
+        own_by_uid: dict[int | None, set[int] | None] = {}
         for session in self._subscribers():
-            visible = self.alert_for(alert, session.access, registry)
+            view = None if session.access.sees_all else session.access.peer.uid
+            if view not in own_by_uid:
+                own_by_uid[view] = self.own_pids(session.access, registry)
+            visible = self.alert_for(alert, own_by_uid[view])
             if visible is not None:
                 session.send(AlertRaised(visible))
 
