@@ -14,15 +14,12 @@ from collections.abc import Iterator
 from typing import TypeVar
 
 from memproto import (
-    PROTOCOL_MAJOR,
-    PROTOCOL_VERSION,
     FrameBuffer,
     ProtocolError,
-    UnknownFrameType,
-    decode,
     encode,
     frame_bytes,
 )
+from memproto.client_side import check_server_hello, client_hello, decode_from_server
 from memproto.frames import (
     Ack,
     Attach,
@@ -107,23 +104,15 @@ class Client:
             data = self._sock.recv(65536)
             if not data:
                 raise ConnectionLost(f"the daemon at {self.path} closed the connection")
-            for payload in self._buffer.feed(data):
-                try:
-                    self._pending.append(decode(payload))
-                except UnknownFrameType:
-                    continue  # pushed by a newer daemon; ignorable by design
+            self._pending.extend(decode_from_server(self._buffer.feed(data)))
         return self._pending.popleft()
 
     def _handshake(self) -> Hello:
-        self.send(Hello(list(PROTOCOL_VERSION), "client", SOFTWARE))
+        self.send(client_hello(SOFTWARE))
         frame = self.recv()
         if isinstance(frame, Error):
             raise RequestFailed(frame)
-        if not isinstance(frame, Hello):
-            raise ProtocolError(f"expected hello, got {frame.TYPE}")
-        if frame.version[0] != PROTOCOL_MAJOR:
-            raise ProtocolError(f"daemon speaks protocol v{frame.version[0]}, this client v{PROTOCOL_MAJOR}")
-        return frame
+        return check_server_hello(frame)
 
     def request(self, frame: Frame, expect: type[R]) -> R:
         self.send(frame)

@@ -8,15 +8,11 @@ import asyncio
 import itertools
 
 from memproto import (
-    PROTOCOL_MAJOR,
-    PROTOCOL_VERSION,
     FrameBuffer,
-    ProtocolError,
-    UnknownFrameType,
-    decode,
     encode,
     frame_bytes,
 )
+from memproto.client_side import check_server_hello, client_hello, decode_from_server
 from memproto.frames import Error, Frame, Hello
 
 SOFTWARE = "memtop 0.1.0"
@@ -49,14 +45,12 @@ class DaemonLink:
             )
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             raise NoDaemon(self.path) from None
-        self.send(Hello(list(PROTOCOL_VERSION), "client", SOFTWARE))
+        self.send(client_hello(SOFTWARE))
         first = await asyncio.wait_for(self.recv(), timeout)
         if isinstance(first, Error):
             raise LinkClosed(first.message)
-        if not isinstance(first, Hello) or first.version[0] != PROTOCOL_MAJOR:
-            raise ProtocolError(f"the daemon does not speak protocol v{PROTOCOL_MAJOR}")
-        self.hello = first
-        return first
+        self.hello = check_server_hello(first)
+        return self.hello
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -72,11 +66,7 @@ class DaemonLink:
             data = await self._reader.read(262144)
             if not data:
                 raise LinkClosed("the daemon closed the connection")
-            for payload in self._buffer.feed(data):
-                try:
-                    self._pending.append(decode(payload))
-                except UnknownFrameType:
-                    continue  # a newer daemon's event: ignorable by design
+            self._pending.extend(decode_from_server(self._buffer.feed(data)))
         return self._pending.pop(0)
 
     def close(self) -> None:
