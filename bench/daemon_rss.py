@@ -27,7 +27,6 @@ if __name__ == "__main__" and "--child" in sys.argv:
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import select
@@ -38,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from fleet import die_with_parent, proc_status_kb
+from fleet import die_with_parent, proc_status_kb, stop_daemon
 
 TARGET_MB = 30.0
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -195,14 +194,7 @@ def measure_one(pids: list[int], tmpdir: str, label: str, history: float, fill: 
         err.seek(0)
         res.error = f"{exc.__class__.__name__}: {exc}; stderr: {err.read().decode()[-500:]}"
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_daemon(proc)
         err.close()
     return res
 

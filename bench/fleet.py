@@ -120,6 +120,18 @@ class Fleet:
         self.pgid = None
 
 
+def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a daemon started in its own process group; kill the group if it lingers."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def _statm(pid: int) -> bytes:
     with open(f"/proc/{pid}/statm", "rb") as f:
         return f.read()

@@ -13,12 +13,10 @@ frames covers only the steady 10 s.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -28,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet import die_with_parent, proc_status_kb
+from fleet import die_with_parent, proc_status_kb, stop_daemon
 
 INTERVAL = 0.1
 SECONDS = 10.0
@@ -124,14 +122,7 @@ def measure(pids: list[int], seconds: float = SECONDS) -> TickResult:
         res.error = f"{exc.__class__.__name__}: {exc}; daemon stderr: {err.read().decode()[-500:]}"
     finally:
         stop.set()
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_daemon(proc)
         err.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return res
