@@ -22,15 +22,8 @@ import time
 from typing import Any
 
 from memproto import decode, encode, encode_sample
-from memproto.frames import (
-    SAMPLE_FIELDS,
-    DaemonStatus,
-    HostMemory,
-    ListOk,
-    ProcessInfo,
-    StatusOk,
-    TickStats,
-)
+from memproto.frames import ListOk, StatusOk
+from memproto.records import SAMPLE_FIELDS, DaemonStatus, HostMemory, ProcessInfo, TickStats
 
 ROWS = 1000
 UPDATES = 60

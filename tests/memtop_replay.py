@@ -5,28 +5,21 @@ from __future__ import annotations
 
 import math
 
-from memproto.frames import (
+from memproto.frames import AlertRaised, Exited, Frame, HistoryOk, ListOk, Sample, StackOk, StatusOk
+from memproto.records import (
     SAMPLE_COLUMNS,
     SAMPLE_FIELDS,
     Alert,
-    AlertRaised,
     Contributor,
     DaemonStatus,
-    Exited,
-    Frame,
     GpuInfo,
     GrowthSite,
     Headroom,
-    HistoryOk,
     HostMemory,
-    ListOk,
     ProcessInfo,
-    Sample,
     Series,
     StackDump,
     StackFrame,
-    StackOk,
-    StatusOk,
     ThreadStack,
     TickStats,
 )

@@ -16,7 +16,8 @@ from conftest import Daemon, MiB, Target, memagent_cli
 
 from memagent.alerts import AlertBook, Reading
 from memagent.config import ConfigError, load, parse_size
-from memproto.frames import Alert, AlertRaised, Exited, Sample
+from memproto.frames import AlertRaised, Exited, Sample
+from memproto.records import Alert
 
 # --------------------------------------------------------------------------- state machine
 

@@ -14,7 +14,8 @@ from conftest import Daemon, Target, memagent_cli
 from fakes.fakenvml import FakeGpuState, GiB, MiB, build_fake_nvml, nvml_env
 
 from memagent.client import Client
-from memproto.frames import DaemonStatus, ProcessInfo, Sample
+from memproto.frames import Sample
+from memproto.records import DaemonStatus, ProcessInfo
 
 V3 = ["nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3"]
 GPU_IS_LOST, DRIVER_NOT_LOADED = 15, 9

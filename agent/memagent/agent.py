@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from memproto.frames import Alert, DaemonStatus, GpuInfo, GpuUse, HostMemory
+from memproto.records import Alert, DaemonStatus, GpuInfo, GpuUse, HostMemory
 
 from . import SOFTWARE
 from .auth import Access, AccessPolicy, resolve_group

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from memproto.frames import Alert, Contributor
+from memproto.records import Alert, Contributor
 
 WARNING, CRITICAL = "warning", "critical"
 FIRING, RESOLVED = "firing", "resolved"

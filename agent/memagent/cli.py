@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memproto import ProtocolError
-from memproto.frames import Failure, ProcessInfo, StackDump
+from memproto.records import Failure, ProcessInfo, StackDump
 from memproto.schema import to_wire
 
 from . import __version__

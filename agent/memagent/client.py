@@ -24,7 +24,6 @@ from memproto.frames import (
     Ack,
     Attach,
     AttachOk,
-    DaemonStatus,
     Detach,
     DetachOk,
     Error,
@@ -34,7 +33,6 @@ from memproto.frames import (
     HistoryOk,
     ListOk,
     ListProcesses,
-    ProcessInfo,
     ResetPeaks,
     ResetPeaksOk,
     Stack,
@@ -43,6 +41,7 @@ from memproto.frames import (
     StatusOk,
     Subscribe,
 )
+from memproto.records import DaemonStatus, ProcessInfo
 
 from . import SOFTWARE
 

@@ -19,16 +19,12 @@ from memproto.frames import (
     Detach,
     DetachOk,
     Error,
-    Failure,
     Frame,
     History,
     ListOk,
     ListProcesses,
-    ProcessInfo,
-    ProcessRef,
     ResetPeaks,
     ResetPeaksOk,
-    Series,
     Stack,
     StackOk,
     Status,
@@ -36,6 +32,7 @@ from memproto.frames import (
     Subscribe,
     Unsubscribe,
 )
+from memproto.records import Failure, ProcessInfo, ProcessRef, Series
 
 from .errors import MemagentError
 from .watch import Watched

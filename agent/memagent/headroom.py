@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from memproto.frames import Contributor, Headroom
+from memproto.records import Contributor, Headroom
 
 from .config import HeadroomConfig
 from .gpu import DeviceReading

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 
-from memproto.frames import Alert
+from memproto.records import Alert
 from memproto.schema import to_wire
 
 log = logging.getLogger(__name__)

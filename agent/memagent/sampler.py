@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Callable
 
-from memproto.frames import TickStats
+from memproto.records import TickStats
 
 from .procfs import parse_status_memory
 from .registry import Registry

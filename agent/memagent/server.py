@@ -29,19 +29,9 @@ from memproto import (
     frame_bytes,
     unpack,
 )
-from memproto.frames import (
-    Alert,
-    AlertRaised,
-    Attached,
-    Detached,
-    Error,
-    Exited,
-    Frame,
-    Headroom,
-    Hello,
-    StackStateChanged,
-)
+from memproto.frames import AlertRaised, Attached, Detached, Error, Exited, Frame, Hello, StackStateChanged
 from memproto.limits import MAX_CLIENT_FRAME_BYTES
+from memproto.records import Alert, Headroom
 
 from . import SOFTWARE
 from .auth import Access, AccessPolicy, peer_credentials

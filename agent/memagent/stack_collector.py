@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Callable, Collection
 
-from memproto.frames import StackDump
+from memproto.records import StackDump
 
 from .errors import MemagentError
 from .registry import Registry

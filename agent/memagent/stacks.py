@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memproto.frames import GrowthSite, StackDump, StackFrame, ThreadStack
+from memproto.records import GrowthSite, StackDump, StackFrame, ThreadStack
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from memproto.frames import GpuUse, ProcessInfo, ProcessRef
+from memproto.records import GpuUse, ProcessInfo, ProcessRef
 
 from .history import PeakHistory
 from .procfs import PAGE_SIZE, ProcessHandle

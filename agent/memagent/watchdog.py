@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from memproto.frames import Alert, Contributor, Headroom
+from memproto.records import Alert, Contributor, Headroom
 
 from .alerts import AlertBook, Reading
 from .config import AlertConfig, HeadroomConfig

@@ -8,8 +8,10 @@ framing, no sockets and no policy. See ``docs/protocol.md``.
 from .codec import UnknownFrameType, decode, decode_body, encode, encode_history_ok, encode_sample, unpack
 from .errors import FrameTooLarge, IncompatibleVersion, ProtocolError
 from .frames import *  # noqa: F403
-from .frames import FRAME_TYPES, SAMPLE_COLUMNS, SAMPLE_FIELDS, Frame
+from .frames import FRAME_TYPES, Frame
 from .framing import FrameBuffer, frame_bytes
+from .records import *  # noqa: F403
+from .records import SAMPLE_COLUMNS, SAMPLE_FIELDS
 from .version import PROTOCOL_MAJOR, PROTOCOL_MINOR, PROTOCOL_VERSION, compatible
 
 __all__ = [

@@ -1,6 +1,7 @@
 """What every client does the same way, sans I/O: the hello it sends, the check of the
 daemon's hello, and decoding what the daemon pushes while ignoring frame types a newer
-daemon may add. The blocking CLI client and memtop's asyncio link both use it.
+daemon may add, and the errors a client raises. The blocking CLI client and memtop's asyncio
+link both use it.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from collections.abc import Iterable
 
 from .codec import UnknownFrameType, decode
 from .errors import ProtocolError
-from .frames import Frame, Hello
+from .frames import Error, Frame, Hello
 from .version import PROTOCOL_MAJOR, PROTOCOL_VERSION
 
 
@@ -36,3 +37,30 @@ def decode_from_server(payloads: Iterable[bytes]) -> list[Frame]:
         except UnknownFrameType:
             continue
     return frames
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ClientError(Exception):
+    """Base of what a client (the CLI's or memtop's) raises about its daemon."""
+
+
+class DaemonNotRunning(ClientError):
+    """Nothing listens on the socket path."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"no memagent daemon at {path} (start one with: memagent daemon)")
+
+
+class ConnectionLost(ClientError):
+    """The daemon closed the connection, or the link is not open."""
+
+
+class RequestFailed(ClientError):
+    """The daemon answered with an error frame (a request's, or a refusal to talk)."""
+
+    def __init__(self, error: Error) -> None:
+        self.code = error.code
+        super().__init__(error.message)

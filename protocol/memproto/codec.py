@@ -15,7 +15,8 @@ import msgpack
 
 from . import limits
 from .errors import IncompatibleVersion, ProtocolError
-from .frames import FRAME_TYPES, SAMPLE_COLUMNS, Frame, Series
+from .frames import FRAME_TYPES, Frame
+from .records import SAMPLE_COLUMNS, Series
 from .schema import from_wire, to_wire
 from .version import PROTOCOL_MAJOR, compatible
 

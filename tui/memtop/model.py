@@ -13,17 +13,8 @@ import bisect
 from array import array
 from dataclasses import dataclass
 
-from memproto.frames import (
-    Alert,
-    DaemonStatus,
-    GpuInfo,
-    Headroom,
-    ProcessInfo,
-    ProcessSample,
-    Sample,
-    Series,
-    StackOk,
-)
+from memproto.frames import Sample, StackOk
+from memproto.records import Alert, DaemonStatus, GpuInfo, Headroom, ProcessInfo, ProcessSample, Series
 from memproto.series import PeakSeries
 
 MiB = 1024 * 1024

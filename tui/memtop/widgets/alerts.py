@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Static
 
-from memproto.frames import Alert
+from memproto.records import Alert
 
 _RANK = {"critical": 0, "warning": 1}
 

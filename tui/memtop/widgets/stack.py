@@ -13,7 +13,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from memproto.frames import StackDump, StackOk
+from memproto.frames import StackOk
+from memproto.records import StackDump
 
 from .. import format as fmt
 
