@@ -78,6 +78,11 @@ class EmbeddedAgent:
         for problem in await attach_fleet(fleet, self.agent.registry):
             log.info("demo: %s", problem)
 
+    @property
+    def running(self) -> bool:
+        """Whether the agent's thread still serves (False once :meth:`stop` returned)."""
+        return self._thread.is_alive()
+
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._stop.set)
