@@ -21,7 +21,7 @@ import sys
 
 if __name__ == "__main__" and "--child" in sys.argv:
     # Measure the daemon as `memagent daemon` runs it: without asyncio's ssl import.
-    from memagent.slim import skip_tls_import
+    from memagent.daemon import skip_tls_import
 
     skip_tls_import()
 
@@ -52,8 +52,9 @@ def _stage(name: str, **extra: object) -> None:
 
 
 def child_main(args: argparse.Namespace) -> None:
-    from memagent.agent import Agent, AgentConfig, raise_fd_limit
-    from memagent.history import PeakHistory
+    from memagent.agent import Agent, raise_fd_limit
+    from memagent.config import AgentConfig
+    from memproto.series import PeakSeries as PeakHistory
 
     raise_fd_limit()
     with open(args.pids_file) as f:
@@ -80,7 +81,7 @@ def child_main(args: argparse.Namespace) -> None:
 
     def time_history() -> None:
         """On the daemon's loop: what answering a full history request costs it."""
-        from memagent.auth import Access, Peer
+        from memagent.serve.access import Access, Peer
         from memproto import encode, frame_bytes
         from memproto.frames import History
 
@@ -147,7 +148,7 @@ def _readline(proc: subprocess.Popen[bytes], timeout: float) -> str:
 
 def measure_one(pids: list[int], tmpdir: str, label: str, history: float, fill: bool,
                 interval: float = 0.5, frames: int = 3) -> RssResult:
-    from memagent.client import Client
+    from memagent.cli.client import Client
     from memproto.frames import Sample
 
     res = RssResult(label, history, fill)

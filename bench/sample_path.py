@@ -27,9 +27,10 @@ from dataclasses import dataclass
 
 import psutil
 
-from memagent.agent import Agent, AgentConfig, raise_fd_limit
-from memagent.connection import ClientSession
-from memagent.procfs import parse_status_memory
+from memagent.agent import Agent, raise_fd_limit
+from memagent.config import AgentConfig
+from memagent.proc.parse import parse_status_memory
+from memagent.serve.session import ClientSession
 from memproto import encode_sample, frame_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from memagent.client import Client
+from memagent.cli.client import Client
 from memproto.frames import Sample
 
 HERE = Path(__file__).resolve().parent

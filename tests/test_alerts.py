@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import Daemon, MiB, Target, memagent_cli
 
-from memagent.alerts import AlertBook, Reading
-from memagent.config import ConfigError, load, parse_size
+from memagent.alerting.book import AlertBook, Reading
+from memagent.config import load, parse_size
+from memagent.errors import ConfigError
 from memproto.frames import AlertRaised, Exited, Sample
 from memproto.records import Alert
 

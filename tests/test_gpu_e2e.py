@@ -13,7 +13,7 @@ import pytest
 from conftest import Daemon, Target, memagent_cli
 from fakes.fakenvml import FakeGpuState, GiB, MiB, build_fake_nvml, nvml_env
 
-from memagent.client import Client
+from memagent.cli.client import Client
 from memproto.frames import Sample
 from memproto.records import DaemonStatus, ProcessInfo
 
@@ -280,7 +280,7 @@ def test_a_nested_pid_namespace_is_detected_at_start() -> None:
     import subprocess
     import sys
 
-    probe = "from memagent.gpu import in_host_pid_namespace as f; print(f())"
+    probe = "from memagent.proc.nvml import in_host_pid_namespace as f; print(f())"
     here = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     nested = subprocess.run(["unshare", "--pid", "--fork", sys.executable, "-c", probe],
                             capture_output=True, text=True, check=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import Daemon, MiB, Target, wait_sample
 
-from memagent.client import Client
+from memagent.cli.client import Client
 from memproto.frames import Attached, Exited, Sample
 
 TEST_USER = "memagent-test"

@@ -20,13 +20,9 @@ from pathlib import Path
 import pytest
 
 from memagent.errors import AccessDenied, NoSuchProcess, NotUserProcess
-from memagent.history import PeakHistory
-from memagent.procfs import (
-    CLOCK_TICKS,
+from memagent.proc.parse import (
     MAX_ARG_CHARS,
     MAX_CMDLINE_CHARS,
-    PAGE_SIZE,
-    ProcFS,
     Stat,
     Statm,
     StatusMemory,
@@ -38,8 +34,9 @@ from memagent.procfs import (
     parse_status_groups,
     parse_status_memory,
     parse_status_uid,
-    translate_errors,
 )
+from memagent.proc.procfs import CLOCK_TICKS, PAGE_SIZE, ProcFS, translate_errors
+from memproto.series import PeakSeries as PeakHistory
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "proc"
 KiB = 1024

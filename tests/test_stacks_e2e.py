@@ -228,9 +228,9 @@ def test_unprivileged_reader_gets_permission_denied(stack_targets: Callable[[], 
 def _collect_as_user(pid: int, py_spy: str) -> dict[str, str | None]:
     import asyncio
 
-    from memagent.registry import Registry
-    from memagent.stack_collector import StackCollector
-    from memagent.stacks import StackConfig
+    from memagent.config import StackConfig
+    from memagent.core.registry import Registry
+    from memagent.core.stack_collector import StackCollector
 
     async def main() -> dict[str, str | None]:
         registry = Registry()

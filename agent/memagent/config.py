@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ConfigError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -31,16 +33,6 @@ _UNITS = {
     "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
 }
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-
-
-class ConfigError(Exception):
-    """An invalid configuration: ``key`` is the dotted key, ``reason`` what is wrong."""
-
-    def __init__(self, key: str, reason: str, path: str | None = None) -> None:
-        self.key = key
-        self.reason = reason
-        self.path = path
-        super().__init__(f"{path + ': ' if path else ''}{key}: {reason}")
 
 
 def parse_size(value: object, key: str = "size") -> int:
@@ -88,6 +80,52 @@ class AlertConfig:
     budgets: dict[str, int] = field(default_factory=dict)
     #: How many ended alerts ``status`` keeps.
     recent: int = 100
+
+
+@dataclass
+class StackConfig:
+    """When and how Python stacks are read (see :mod:`memagent.core.stack_collector`)."""
+
+    enabled: bool = True
+    #: Dumps per second for the whole box, and how many may be taken at once after a lull.
+    budget: float = 4.0
+    burst: int = 4
+    #: py-spy processes running at the same time, at most.
+    concurrency: int = 2
+    timeout: float = 2.0
+    #: Growth between two ticks (RSS + VRAM) that triggers a dump.
+    growth_threshold: int = 32 * MiB
+    #: Every watched Python process gets a stack at least this often.
+    rotation: float = 30.0
+    #: py-spy executable; None: look on PATH, then beside this Python.
+    py_spy: str | None = None
+
+
+@dataclass
+class AgentConfig:
+    """Everything an agent (daemon, embedded or demo) is built from."""
+
+    socket: str
+    interval: float = 0.5
+    auto: list[str] = field(default_factory=list)
+    #: Label given to auto-attached processes.
+    auto_label: str | None = None
+    #: Members of this group see and change every watched process, as root does.
+    admin_group: str | None = None
+    #: The socket file's group: its members may connect.
+    socket_group: str | None = None
+    history_seconds: float = 600.0
+    history_step: float = 1.0
+    #: Longest time between two reads of a process's VmHWM and swap (when statm is unchanged).
+    status_refresh: float = 1.0
+    scan_interval: float = 1.0
+    max_exited: int = 256
+    max_clients: int = 64
+    #: Read GPU memory through NVML (when a driver is there).
+    gpu: bool = True
+    stacks: StackConfig = field(default_factory=StackConfig)
+    headroom: HeadroomConfig = field(default_factory=HeadroomConfig)
+    alerts: AlertConfig = field(default_factory=AlertConfig)
 
 
 # ----------------------------------------------------------------------------- schema
@@ -189,9 +227,7 @@ def validate(data: dict[str, Any], path: str | None = None) -> dict[str, Any]:
         if out.get("alerts.hook") == []:
             raise ConfigError("alerts.hook", "an empty command; leave the key out for no hook")
     except ConfigError as exc:
-        exc.path = path
-        exc.args = (str(ConfigError(exc.key, exc.reason, path)),)
-        raise
+        raise exc.at(path) from None
     return out
 
 
@@ -211,16 +247,13 @@ def default_path() -> str | None:
     return DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None
 
 
-def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> Any:
-    """An :class:`~memagent.agent.AgentConfig` from file ``values`` and command-line
-    ``flags`` (None: not given); flags win, and what neither gives keeps the dataclass's
-    own default."""
-    from .agent import AgentConfig
-    from .stacks import StackConfig
+def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> AgentConfig:
+    """An :class:`AgentConfig` from file ``values`` and command-line ``flags`` (None: not
+    given); flags win, and what neither gives keeps the dataclass's own default."""
 
     def given(**pairs: tuple[str | None, str]) -> dict[str, Any]:
         """field -> (flag, file key): the value of the flag, else of the key, if either is set."""
-        out = {}
+        out: dict[str, Any] = {}
         for name, (flag, key) in pairs.items():
             if flag is not None and flags.get(flag) is not None:
                 out[name] = flags[flag]

@@ -16,7 +16,9 @@ import shutil
 import tempfile
 import threading
 
-from .agent import Agent, AgentConfig
+from .agent import Agent
+from .config import AgentConfig
+from .demo_fleet import Fleet, attach_fleet
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ class EmbeddedAgent:
             uid = os.getuid()
             self.agent.scanner.may_watch = lambda owner: owner == uid
         self.demo = demo
-        self._fleet: object | None = None
+        self._fleet: Fleet | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -70,8 +72,6 @@ class EmbeddedAgent:
         await serving
 
     async def _start_demo(self) -> None:
-        from .demo import Fleet, attach_fleet
-
         fleet = Fleet()
         self._fleet = fleet
         fleet.start()
@@ -88,7 +88,7 @@ class EmbeddedAgent:
             self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(10)
         if self._fleet is not None:
-            self._fleet.stop()  # type: ignore[attr-defined]
+            self._fleet.stop()
             self._fleet = None
         shutil.rmtree(self._dir, ignore_errors=True)
 

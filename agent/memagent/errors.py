@@ -1,41 +1,101 @@
-"""The few named errors the agent's /proc layer raises, psutil style.
+"""Every error the agent raises, under one root, psutil style.
 
-OS errors are translated at the boundary (:mod:`memagent.procfs`) into these, each
-carrying the PID, so callers never inspect errno.
+OS errors and unparsable /proc contents are translated at the kernel boundary
+(:mod:`memagent.proc`) into :class:`ProcessError` subclasses carrying the PID, so no
+caller inspects errno or catches ``ValueError`` from a parser: upstream code catches
+:class:`MemagentError` (or one of its branches) and nothing else. Each error that a
+client can receive carries its wire ``code`` (:class:`memproto.vocabulary.ErrorCode`).
+
+Wire errors (a malformed frame) are :class:`memproto.ProtocolError`: the protocol package
+imports nothing of ours, so they have a root of their own there.
 """
 
 from __future__ import annotations
 
+from memproto.vocabulary import ErrorCode
+
 
 class MemagentError(Exception):
-    """Base of the agent's errors."""
+    """Root of the agent's errors."""
+
+    code: str = ErrorCode.ERROR
 
 
-class NoSuchProcess(MemagentError):
+# --------------------------------------------------------------------------- processes
+
+
+class ProcessError(MemagentError):
+    """Something about one process; ``pid`` says which."""
+
+    def __init__(self, pid: int, message: str) -> None:
+        self.pid = pid
+        super().__init__(message)
+
+
+class NoSuchProcess(ProcessError):
     """The process does not exist, or no longer is the one we meant (PID reused)."""
 
-    code = "no_such_process"
+    code = ErrorCode.NO_SUCH_PROCESS
 
     def __init__(self, pid: int, reason: str = "") -> None:
-        self.pid = pid
-        super().__init__(f"no such process: {pid}" + (f" ({reason})" if reason else ""))
+        super().__init__(pid, f"no such process: {pid}" + (f" ({reason})" if reason else ""))
 
 
-class AccessDenied(MemagentError):
+class AccessDenied(ProcessError):
     """The caller, or the agent itself, may not read or watch this process."""
 
-    code = "permission_denied"
+    code = ErrorCode.PERMISSION_DENIED
 
     def __init__(self, pid: int, reason: str = "") -> None:
-        self.pid = pid
-        super().__init__(f"permission denied: {pid}" + (f" ({reason})" if reason else ""))
+        super().__init__(pid, f"permission denied: {pid}" + (f" ({reason})" if reason else ""))
 
 
-class NotUserProcess(MemagentError):
+class NotUserProcess(ProcessError):
     """A kernel thread: it has no memory of its own to watch."""
 
-    code = "invalid"
+    code = ErrorCode.INVALID
 
     def __init__(self, pid: int) -> None:
-        self.pid = pid
-        super().__init__(f"not a user-space process: {pid}")
+        super().__init__(pid, f"not a user-space process: {pid}")
+
+
+class CannotRead(ProcessError):
+    """A /proc file of the process could not be read for another reason (the agent is out
+    of descriptors, say) or did not parse: what it said is unknown, not zero."""
+
+    code = ErrorCode.ERROR
+
+    def __init__(self, pid: int, reason: str) -> None:
+        super().__init__(pid, f"cannot watch {pid}: {reason}")
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+class ConfigError(MemagentError):
+    """An invalid configuration: ``key`` is the dotted key, ``reason`` what is wrong."""
+
+    code = ErrorCode.INVALID
+
+    def __init__(self, key: str, reason: str, path: str | None = None) -> None:
+        self.key = key
+        self.reason = reason
+        self.path = path
+        super().__init__(f"{path + ': ' if path else ''}{key}: {reason}")
+
+    def at(self, path: str | None) -> ConfigError:
+        """The same error, naming the file it came from."""
+        return ConfigError(self.key, self.reason, path)
+
+
+# --------------------------------------------------------------------------- serving
+
+
+class SocketPathError(MemagentError):
+    """The socket path cannot be used (it exists and is not a socket, ...)."""
+
+
+class DaemonAlreadyRunning(SocketPathError):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"a memagent daemon is already listening on {path}")

@@ -8,7 +8,7 @@ does not know) and a server answers with an error.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgpack
@@ -38,11 +38,11 @@ def encode(frame: Frame) -> bytes:
 
 
 def encode_sample(
-    seq: int, time: float, interval: float, rows: list[list[Any]], fields: tuple[str, ...] = SAMPLE_COLUMNS
+    seq: int, time: float, interval: float, rows: Sequence[Sequence[Any]], fields: tuple[str, ...] = SAMPLE_COLUMNS
 ) -> bytes:
     """Fast path for the per-tick frame: rows go to msgpack's C packer untouched.
 
-    ``rows`` follow ``fields``: :data:`~memproto.frames.SAMPLE_COLUMNS` (what this agent
+    ``rows`` (lists or tuples) follow ``fields``: :data:`~memproto.frames.SAMPLE_COLUMNS` (what this agent
     sends), or v1.0's :data:`~memproto.frames.SAMPLE_FIELDS`.
     """
     body = {

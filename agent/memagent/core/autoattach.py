@@ -17,9 +17,9 @@ import logging
 import os
 from collections.abc import Sequence
 
-from .errors import MemagentError
-from .procfs import ProcFS
-from .registry import MayWatch, Registry, _anyone
+from ..errors import MemagentError
+from ..proc.procfs import ProcFS
+from .registry import MayWatch, Registry, anyone
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class Scanner:
         registry: Registry,
         patterns: Sequence[str] = (),
         *,
-        may_watch: MayWatch = _anyone,
+        may_watch: MayWatch = anyone,
         label: str | None = None,
     ) -> None:
         self.registry = registry
@@ -50,10 +50,9 @@ class Scanner:
         if comm in OWN_TOOLS or pid == self._own_pid:
             return False
         names = [comm]
-        try:
-            names.append(os.path.basename(os.readlink(self.procfs.path(pid, "exe"))))
-        except OSError:
-            pass  # not ours to read, or a kernel thread
+        exe = self.procfs.exe_name(pid)  # None: not ours to read, or a kernel thread
+        if exe is not None:
+            names.append(exe)
         return any(fnmatch.fnmatchcase(n, p) for n in names for p in self.patterns)
 
     def scan(self) -> int:

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Protocol
 
-from .errors import AccessDenied, MemagentError, NoSuchProcess
-from .headroom import memory_cgroup
-from .history import PeakHistory
-from .oom import exit_signal, oom_kill_count
-from .procfs import ProcFS, parse_cmdline, parse_stat, parse_statm, parse_status_memory, parse_status_uid
-from .watch import Watched
+from memproto.series import PeakSeries
+
+from ..errors import AccessDenied, MemagentError, NoSuchProcess
+from ..proc.cgroups import oom_kill_count
+from ..proc.procfs import ProcFS
+from .watched import Watched
 
 log = logging.getLogger(__name__)
 
 MayWatch = Callable[[int], bool]
 
 
-def _anyone(uid: int) -> bool:
+def anyone(uid: int) -> bool:
     return True
 
 
@@ -79,7 +79,7 @@ class Registry:
                 return w
         return None
 
-    def visible(self, may_watch: MayWatch = _anyone) -> list[Watched]:
+    def visible(self, may_watch: MayWatch = anyone) -> list[Watched]:
         return [w for w in self.entries.values() if may_watch(w.uid)]
 
     def _rebuild_alive(self) -> None:
@@ -94,7 +94,7 @@ class Registry:
         *,
         label: str | None = None,
         children: bool = False,
-        may_watch: MayWatch = _anyone,
+        may_watch: MayWatch = anyone,
         now: float | None = None,
     ) -> list[Watched]:
         """Watch ``pid`` (and with ``children`` its descendants, first ``pid``).
@@ -127,36 +127,31 @@ class Registry:
             return existing
         handle = self.procfs.open(pid)
         try:
-            status = handle.status_bytes()
-            uid = parse_status_uid(status)
-            if not may_watch(uid):
+            facts = handle.facts()
+            if not may_watch(facts.uid):
                 raise AccessDenied(pid)
-            stat = parse_stat(handle.read("stat"))
-            cmdline = parse_cmdline(handle.read("cmdline"))
-            statm = parse_statm(handle.statm_bytes())
         except BaseException:
             handle.close()
             raise
         w = Watched(
             handle,
             start_time=self.procfs.unix_start_time(handle.starttime),
-            name=stat.comm,
-            cmdline=cmdline,
-            uid=uid,
+            name=facts.stat.comm,
+            cmdline=facts.cmdline,
+            uid=facts.uid,
             label=label,
             attached_at=now,
-            history=PeakHistory(self.history_step, self.history_slots),
+            history=PeakSeries(self.history_step, self.history_slots),
         )
-        mem = parse_status_memory(status)
-        w.set_memory(statm.resident, statm.shared, mem.hwm_bytes, mem.swap_bytes)
+        w.set_memory(facts.statm.resident, facts.statm.shared, facts.memory.hwm_bytes, facts.memory.swap_bytes)
         w.history.add(now, w.rss)
         w.follow_children = children
         w.follow_may_watch = may_watch if children else None
-        w.cgroup = memory_cgroup(self.procfs, pid)
+        w.cgroup = self.procfs.memory_cgroup(pid)
         w.oom_count = oom_kill_count(w.cgroup)
         self.entries[w.key] = w
         self._rebuild_alive()
-        log.info("attached %d (%s)%s", pid, stat.comm, f" as {label}" if label else "")
+        log.info("attached %d (%s)%s", pid, facts.stat.comm, f" as {label}" if label else "")
         self.events.attached(w)
         return w
 
@@ -176,7 +171,7 @@ class Registry:
             frontier = nxt
         return found
 
-    def detach(self, pid: int, may_watch: MayWatch = _anyone) -> list[Watched]:
+    def detach(self, pid: int, may_watch: MayWatch = anyone) -> list[Watched]:
         """Stop watching every entry with this PID (a live one and exited ones).
 
         Entries the caller may not see are, for it, not watched: no existence leak.
@@ -188,7 +183,7 @@ class Registry:
             self._remove(w)
         return matches
 
-    def detach_exited(self, may_watch: MayWatch = _anyone) -> list[Watched]:
+    def detach_exited(self, may_watch: MayWatch = anyone) -> list[Watched]:
         gone = [w for w in self.entries.values() if not w.alive and may_watch(w.uid)]
         for w in gone:
             self._remove(w)
@@ -202,7 +197,7 @@ class Registry:
         log.info("detached %d (%s)", w.pid, w.label or w.name)
         self.events.detached(w)
 
-    def reset_peaks(self, pid: int, may_watch: MayWatch = _anyone, now: float | None = None) -> Watched:
+    def reset_peaks(self, pid: int, may_watch: MayWatch = anyone, now: float | None = None) -> Watched:
         w = self.find_alive(pid)
         if w is None or not may_watch(w.uid):
             if any(may_watch(e.uid) for e in self.find(pid)):
@@ -210,23 +205,19 @@ class Registry:
             raise NoSuchProcess(pid, "not watched")
         now = time.time() if now is None else now
         try:
-            w.handle.write("clear_refs", b"5")
+            w.handle.clear_refs()
             exact = True
         except AccessDenied:
             log.warning("pid %d: kernel peak not resettable (clear_refs denied); peak is sampled from now on", pid)
             exact = False
-        statm = parse_statm(w.handle.statm_bytes())
-        mem = parse_status_memory(w.handle.status_bytes())
+        statm, mem = w.handle.memory()
         w.restart_window(now, exact, statm.resident, statm.shared, mem.hwm_bytes)
         return w
 
     def mark_exited(self, gone: list[Watched], now: float) -> None:
         """Processes found exited in one tick: one rebuild, however many there are."""
         for w in gone:
-            try:  # a zombie still tells how it died (read before its handle closes)
-                w.exit_signal = exit_signal(w.handle.read("stat"))
-            except (MemagentError, OSError, ValueError):
-                w.exit_signal = None
+            w.exit_signal = w.handle.exit_signal()  # a zombie still tells how it died
             w.mark_exited(now)
             log.info("%d (%s) exited; peak %d bytes", w.pid, w.label or w.name, w.peak)
         self._rebuild_alive()
@@ -248,6 +239,3 @@ class Registry:
                 w.handle.close()
         self.entries.clear()
         self.alive = []
-
-    def pids(self) -> Iterable[int]:
-        return (w.pid for w in self.alive)

@@ -1,10 +1,6 @@
-"""Was a watched process killed by the OOM killer? Three sources, best first:
-
-1. the kernel log (``/dev/kmsg``, readable as root): "Killed process PID" / "oom-kill:...pid=PID";
-2. the ``oom_kill`` counter of the process's memory cgroup (v1 ``memory.oom_control``,
-   v2 ``memory.events``) went up while it died;
-3. inferred: it died of SIGKILL (its exit code, read while it was a zombie) with memory
-   high, marked ``inferred``.
+"""The kernel log (``/dev/kmsg``, readable as root): the PIDs the OOM killer killed
+("Killed process PID", "oom-kill:...pid=PID"). The best of the three sources the alert
+engine uses to tell an OOM kill (see :mod:`memagent.alerting.engine`).
 """
 
 from __future__ import annotations
@@ -14,12 +10,9 @@ import logging
 import os
 import re
 
-from .headroom import cgroup_file
-
 log = logging.getLogger(__name__)
 
 _KILLED = re.compile(rb"(?:Killed process|oom-kill:.*?,pid=|Memory cgroup out of memory: Killed process) ?(\d+)")
-SIGKILL = 9
 
 
 class KernelLog:
@@ -62,26 +55,3 @@ class KernelLog:
             os.close(self._fd)
             self._fd = -1
 
-
-def oom_kill_count(cgroup: str | None, root: str = "/sys/fs/cgroup") -> int | None:
-    """The cgroup's ``oom_kill`` counter, or None when there is none to read."""
-    if not cgroup:
-        return None
-    try:
-        with open(cgroup_file(cgroup, "memory.oom_control", "memory.events", root)) as f:
-            for line in f:
-                if line.startswith("oom_kill "):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def exit_signal(stat: bytes) -> int | None:
-    """The signal that ended a zombie, from ``/proc/PID/stat``'s exit code (field 52)."""
-    close = stat.rfind(b")")
-    fields = stat[close + 2:].split()
-    if len(fields) < 50:
-        return None
-    code = int(fields[49])
-    return code & 0x7F or None

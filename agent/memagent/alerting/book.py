@@ -7,7 +7,7 @@ one alert, not one per tick. It resolves only once the value falls below
 Events (``oom-kill``) fire once and go straight to the recent list.
 
 :class:`AlertBook` only decides; whoever owns it delivers (log line, protocol frame,
-hook command: see :mod:`memagent.hooks`).
+hook command: see :mod:`memagent.alerting.hooks`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from memproto.records import Alert, Contributor
-
-WARNING, CRITICAL = "warning", "critical"
-FIRING, RESOLVED = "firing", "resolved"
+from memproto.vocabulary import AlertState, Severity
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +51,10 @@ class AlertBook:
     def _severity(self, r: Reading, current: str | None) -> str | None:
         """The severity ``r`` deserves, with hysteresis relative to ``current``."""
         keep = 1 - self.hysteresis
-        if r.value >= r.critical or (current == CRITICAL and r.value >= r.critical * keep):
-            return CRITICAL
+        if r.value >= r.critical or (current == Severity.CRITICAL and r.value >= r.critical * keep):
+            return Severity.CRITICAL
         if r.value >= r.warn or (current is not None and r.value >= r.warn * keep):
-            return WARNING
+            return Severity.WARNING
         return None
 
     def evaluate(self, r: Reading) -> None:
@@ -72,9 +70,9 @@ class AlertBook:
             self.active[key] = replace(old, value=r.value, contributors=r.contributors, message=r.message,
                                        eta_seconds=r.eta_seconds)
             return
-        threshold = r.critical if severity == CRITICAL else r.warn
+        threshold = r.critical if severity == Severity.CRITICAL else r.warn
         alert = Alert(
-            id=old.id if old else next(self._ids), kind=r.kind, state=FIRING, severity=severity,
+            id=old.id if old else next(self._ids), kind=r.kind, state=AlertState.FIRING, severity=severity,
             resource=r.resource, value=r.value, threshold=threshold, message=r.message, time=self.clock(),
             contributors=r.contributors, unit=r.unit, pid=r.pid, eta_seconds=r.eta_seconds,
         )
@@ -89,7 +87,7 @@ class AlertBook:
 
     def _end(self, key: tuple[str, str], old: Alert, r: Reading | None, message: str | None = None) -> None:
         del self.active[key]
-        ended = replace(old, state=RESOLVED, time=self.clock(),
+        ended = replace(old, state=AlertState.RESOLVED, time=self.clock(),
                         value=r.value if r else old.value,
                         message=message or (f"resolved: {r.message}" if r else f"resolved: {old.message}"))
         self.recent.appendleft(ended)
@@ -97,7 +95,7 @@ class AlertBook:
 
     def event(self, alert: Alert) -> Alert:
         """A one-off (oom-kill): delivered once as firing, kept among the recent."""
-        alert = replace(alert, id=next(self._ids), state=FIRING, time=alert.time or self.clock())
+        alert = replace(alert, id=next(self._ids), state=AlertState.FIRING, time=alert.time or self.clock())
         self.recent.appendleft(alert)
         self.deliver(alert)
         return alert

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from memproto import Frame, FrameBuffer, FrameTooLarge, ProtocolError, encode, frame_bytes
 from memproto.frames import Dropped, Error
 
-from .auth import Access
+from .access import Access
 
 log = logging.getLogger(__name__)
 

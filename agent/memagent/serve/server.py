@@ -14,8 +14,7 @@ import os
 import socket
 import stat
 from collections.abc import Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memproto import (
     PROTOCOL_MAJOR,
@@ -31,30 +30,19 @@ from memproto import (
 )
 from memproto.frames import AlertRaised, Attached, Detached, Error, Exited, Frame, Hello, StackStateChanged
 from memproto.limits import MAX_CLIENT_FRAME_BYTES
-from memproto.records import Alert, Headroom
+from memproto.records import Alert
+from memproto.vocabulary import ErrorCode
 
-from . import SOFTWARE
-from .auth import Access, AccessPolicy, peer_credentials
-from .connection import ClientSession
-from .errors import MemagentError
-from .watch import Watched
-
-if TYPE_CHECKING:
-    from .registry import Registry
+from .. import SOFTWARE
+from ..core.registry import Registry
+from ..core.watched import Watched
+from ..errors import DaemonAlreadyRunning, MemagentError, SocketPathError
+from .access import AccessPolicy, alert_for, own_pids, peer_credentials
+from .session import ClientSession
 
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT = 10.0
-
-
-class DaemonAlreadyRunning(Exception):
-    def __init__(self, path: str) -> None:
-        self.path = path
-        super().__init__(f"a memagent daemon is already listening on {path}")
-
-
-class SocketPathError(Exception):
-    pass
 
 
 def _daemon_listening(path: str) -> bool:
@@ -156,7 +144,7 @@ class Server:
             session = ClientSession(reader, writer, access)
             if len(self.sessions) >= self.max_clients:
                 log.warning("%s refused: %d clients already", session.name, self.max_clients)
-                session.close_with(Error(None, "busy", f"too many clients ({self.max_clients})"))
+                session.close_with(Error(None, ErrorCode.BUSY, f"too many clients ({self.max_clients})"))
                 await session.write_loop()
                 return
             self.sessions.add(session)
@@ -178,7 +166,7 @@ class Server:
 
     def _hello_timeout(self, session: ClientSession) -> None:
         if not session.greeted:
-            session.close_with(Error(None, "protocol", f"no hello within {HELLO_TIMEOUT:g} s"))
+            session.close_with(Error(None, ErrorCode.PROTOCOL, f"no hello within {HELLO_TIMEOUT:g} s"))
 
     def _on_payload(self, session: ClientSession, payload: bytes) -> None:
         try:
@@ -197,37 +185,37 @@ class Server:
             return
         except UnknownFrameType as exc:
             if not session.greeted:
-                session.close_with(Error(None, "protocol", f"expected hello first, got {exc.type_tag!r}"))
+                session.close_with(Error(None, ErrorCode.PROTOCOL, f"expected hello first, got {exc.type_tag!r}"))
             else:
-                session.send(Error(request_id, "unknown_request", str(exc)))
+                session.send(Error(request_id, ErrorCode.UNKNOWN_REQUEST, str(exc)))
             return
         except ProtocolError as exc:
             if not session.greeted:
                 session.close_with(Error(None, exc.code, str(exc)))
             else:
-                session.send(Error(request_id, "invalid", str(exc)))
+                session.send(Error(request_id, ErrorCode.INVALID, str(exc)))
             return
         if not session.greeted:
             self._greet(session, frame)
             return
         if isinstance(frame, Hello):
-            session.send(Error(None, "protocol", "hello sent twice"))
+            session.send(Error(None, ErrorCode.PROTOCOL, "hello sent twice"))
             return
         reply: Frame | bytes | None
         try:
             reply = self.handle_request(session, frame)
-        except (MemagentError, OSError, ValueError) as exc:
-            # A bug or an unexpected /proc state must cost this request, not the session.
+        except MemagentError as exc:
+            # An unexpected /proc state must cost this request, not the session.
             log.exception("%s: %s failed", session.name, frame.TYPE)
-            reply = Error(request_id, "internal", f"{frame.TYPE} failed: {type(exc).__name__}: {exc}")
+            reply = Error(request_id, ErrorCode.INTERNAL, f"{frame.TYPE} failed: {type(exc).__name__}: {exc}")
         if reply is not None:  # None: the handler replies later (a stack dump in flight)
             session.send(reply, request_id)
 
     def _greet(self, session: ClientSession, frame: Frame) -> None:
         if not isinstance(frame, Hello) or frame.role != "client":
-            session.close_with(Error(None, "protocol", f"expected a client hello first, got {frame.TYPE!r}"))
+            session.close_with(Error(None, ErrorCode.PROTOCOL, f"expected a client hello first, got {frame.TYPE!r}"))
         elif frame.version[0] != PROTOCOL_MAJOR:
-            session.close_with(Error(None, "version", f"client speaks protocol v{frame.version[0]}, "
+            session.close_with(Error(None, ErrorCode.VERSION, f"client speaks protocol v{frame.version[0]}, "
                                      f"this daemon speaks v{PROTOCOL_MAJOR}"))
         else:
             session.greeted = True
@@ -237,7 +225,7 @@ class Server:
     def _subscribers(self) -> list[ClientSession]:
         return [s for s in self.sessions if s.subscribed]
 
-    def broadcast_sample(self, seq: int, now: float, rows: list[list[object]], uids: list[int]) -> None:
+    def broadcast_sample(self, seq: int, now: float, rows: list[tuple[object, ...]], uids: list[int]) -> None:
         """Encode the tick's frame once per distinct view (all, or one UID's) and queue it."""
         encoded: dict[int | None, bytes] = {}
         for session in self._subscribers():
@@ -264,37 +252,13 @@ class Server:
     def detached(self, w: Watched) -> None:
         self._publish(Detached(w.pid, w.start_time), w.uid)
 
-    @staticmethod
-    def own_pids(access: Access, registry: Registry) -> set[int] | None:
-        """The PIDs of the watched processes this client may see; None: all of them."""
-        if access.sees_all:
-            return None
-        return {w.pid for w in registry.entries.values() if w.uid == access.peer.uid}
-
-    @staticmethod
-    def alert_for(alert: Alert, own: set[int] | None) -> Alert | None:
-        """What a client (its :meth:`own_pids`) may see of an alert: nothing of an alert
-        about another user's process; box-wide alerts without others' processes among the
-        contributors."""
-        if own is None:
-            return alert
-        if alert.pid is not None and alert.pid not in own:
-            return None
-        return replace(alert, contributors=[c for c in alert.contributors if c.pid in own])
-
-    @staticmethod
-    def headroom_for(view: Headroom, own: set[int] | None) -> Headroom:
-        if own is None:
-            return view
-        return replace(view, top=[c for c in view.top if c.pid in own])
-
     def publish_alert(self, alert: Alert, registry: Registry) -> None:
         own_by_uid: dict[int | None, set[int] | None] = {}
         for session in self._subscribers():
             view = None if session.access.sees_all else session.access.peer.uid
             if view not in own_by_uid:
-                own_by_uid[view] = self.own_pids(session.access, registry)
-            visible = self.alert_for(alert, own_by_uid[view])
+                own_by_uid[view] = own_pids(session.access, registry)
+            visible = alert_for(alert, own_by_uid[view])
             if visible is not None:
                 session.send(AlertRaised(visible))
 

@@ -14,17 +14,19 @@ import logging
 from collections.abc import Callable
 
 from memproto.records import Alert, Contributor, Headroom
+from memproto.units import format_size
+from memproto.vocabulary import AlertKind, AlertState, OomSource, Severity
 
-from .alerts import AlertBook, Reading
-from .config import AlertConfig, HeadroomConfig
-from .errors import MemagentError
-from .gpu import DeviceReading
-from .headroom import HostInputs, cgroup_limit, contribution, gpu_headroom, host_headroom, shared_excess
-from .oom import SIGKILL, KernelLog, oom_kill_count
-from .procfs import ProcFS
-from .registry import Registry
-from .units import human_bytes
-from .watch import Watched
+from ..config import AlertConfig, HeadroomConfig
+from ..core.registry import Registry
+from ..core.watched import Watched
+from ..errors import MemagentError
+from ..proc.cgroups import cgroup_limit, oom_kill_count
+from ..proc.kmsg import KernelLog
+from ..proc.nvml import DeviceReading
+from ..proc.procfs import ProcFS
+from .book import AlertBook, Reading
+from .headroom import HostInputs, contribution, gpu_headroom, host_headroom, slope
 
 log = logging.getLogger(__name__)
 
@@ -34,33 +36,14 @@ PSS_PER_TICK = 8
 PSS_GRACE = 10.0
 
 
-def read_pressure(procfs: ProcFS) -> float | None:
-    """Memory PSI ``some avg10`` (percent of the last 10 s some task stalled on memory)."""
-    try:
-        for line in procfs.read("pressure", "memory").splitlines():
-            if line.startswith(b"some "):
-                for part in line.split()[1:]:
-                    if part.startswith(b"avg10="):
-                        return float(part[6:])
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def slope(points: list[tuple[float, int]]) -> float | None:
-    """Least-squares slope in bytes/s of (time, bytes) points."""
-    n = len(points)
-    if n < 3:
-        return None
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    den = sum((t - mt) ** 2 for t, _ in points)
-    return sum((t - mt) * (v - mv) for t, v in points) / den if den else None
+SIGKILL = 9
 
 
 class AlertEngine:
     def __init__(self, registry: Registry, headroom: HeadroomConfig, alerts: AlertConfig,
                  deliver: Callable[[Alert], None], stack_text: Callable[[Watched], str | None]) -> None:
+        """``deliver`` sends an alert on its ways (log, clients, hook); ``stack_text`` gives
+        the stack at a process's peak as text, for an oom-kill alert's details."""
         self.registry = registry
         self.procfs: ProcFS = registry.procfs
         self.headroom_config = headroom
@@ -114,12 +97,12 @@ class AlertEngine:
                 continue
             what = "host memory" if view.resource == "host" else view.name
             self.book.evaluate(Reading(
-                "headroom", view.resource, view.ratio, c.warn_fraction, c.critical_fraction, "ratio",
-                f"Σ peaks {human_bytes(view.sum_peaks_bytes)} would use {view.ratio:.0%} of the "
-                f"{human_bytes(view.capacity_bytes)} headroom of {what}", view.top,
+                AlertKind.HEADROOM, view.resource, view.ratio, c.warn_fraction, c.critical_fraction, "ratio",
+                f"Σ peaks {_size(view.sum_peaks_bytes)} would use {view.ratio:.0%} of the "
+                f"{_size(view.capacity_bytes)} headroom of {what}", view.top,
             ))
-        for uuid in self.book.resources("headroom") - {v.resource for v in views}:
-            self.book.clear("headroom", uuid, f"resolved: {uuid} is no longer sampled")
+        for uuid in self.book.resources(AlertKind.HEADROOM) - {v.resource for v in views}:
+            self.book.clear(AlertKind.HEADROOM, uuid, f"resolved: {uuid} is no longer sampled")
         self._pressure()
         self._budgets(watched)
         if now >= self._next_leak:
@@ -129,11 +112,11 @@ class AlertEngine:
     # ------------------------------------------------------------------ kinds
 
     def _pressure(self) -> None:
-        self.pressure = read_pressure(self.procfs)
+        self.pressure = self.procfs.memory_pressure()
         if self.pressure is None:
             return
         t = self.config.pressure_threshold
-        self.book.evaluate(Reading("pressure", "host", self.pressure, t, min(100.0, 3 * t), "percent",
+        self.book.evaluate(Reading(AlertKind.PRESSURE, "host", self.pressure, t, min(100.0, 3 * t), "percent",
                                    f"memory pressure: tasks stalled on memory {self.pressure:.1f}% of the "
                                    f"last 10 s", []))
 
@@ -143,8 +126,8 @@ class AlertEngine:
             total = sum(contribution(w) for w in mine)
             top = [Contributor(w.pid, label, contribution(w)) for w in sorted(mine, key=contribution, reverse=True)]
             self.book.evaluate(Reading(
-                "budget", label, total / budget if budget else 0.0, 1.0, 1.25, "ratio",
-                f"label {label!r}: Σ peaks {human_bytes(total)} of a {human_bytes(budget)} budget", top[:5],
+                AlertKind.BUDGET, label, total / budget if budget else 0.0, 1.0, 1.25, "ratio",
+                f"label {label!r}: Σ peaks {_size(total)} of a {_size(budget)} budget", top[:5],
             ))
 
     def _leaks(self, now: float, host: Headroom) -> None:
@@ -166,38 +149,39 @@ class AlertEngine:
             eta = left / rate if rate and rate > 0 else None
             leaking = per_min >= c.leak_min_rate and eta is not None and eta <= c.leak_horizon
             name = w.label or w.name
-            message = (f"{name} ({w.pid}) grows {human_bytes(int(per_min))}/min over {c.leak_window:g} s"
+            message = (f"{name} ({w.pid}) grows {_size(int(per_min))}/min over {c.leak_window:g} s"
                        + (f"; the headroom is gone in {eta / 60:.1f} min at this pace" if eta is not None else ""))
             critical = per_min if leaking and eta is not None and eta <= c.leak_horizon / 6 else float("inf")
             self.book.evaluate(Reading(
-                "leak", resource, per_min if leaking else 0.0, float(c.leak_min_rate), critical, "bytes/min",
+                AlertKind.LEAK, resource, per_min if leaking else 0.0, float(c.leak_min_rate), critical, "bytes/min",
                 message, [Contributor(w.pid, name, contribution(w))], pid=w.pid, eta_seconds=eta,
             ))
-        for resource in self.book.resources("leak") - live:
-            self.book.clear("leak", resource, f"resolved: {resource} is no longer alive")
+        for resource in self.book.resources(AlertKind.LEAK) - live:
+            self.book.clear(AlertKind.LEAK, resource, f"resolved: {resource} is no longer alive")
 
     def _oom(self, w: Watched, now: float) -> None:
         source = None
         if w.pid in self.kmsg.killed:
-            source = "kernel-log"
+            source = OomSource.KERNEL_LOG
         else:
             count = oom_kill_count(w.cgroup)
             if count is not None and w.oom_count is not None and count > w.oom_count:
-                source = "cgroup"
+                source = OomSource.CGROUP
             elif w.exit_signal == SIGKILL and self._memory_was_high(w):
-                source = "inferred"
+                source = OomSource.INFERRED
         if source is None:
             return
         name = w.label or w.name
         _, values = w.history.series(30)
-        last = ", ".join(human_bytes(v) for v in values[-10:])
-        details = f"last RSS per second: {last}" + (f"\n{self.stack_text(w)}" if self.stack_text(w) else "")
+        last = ", ".join(_size(v) for v in values[-10:])
+        stack = self.stack_text(w)
+        details = f"last RSS per second: {last}" + (f"\n{stack}" if stack else "")
         self.book.event(Alert(
-            id=0, kind="oom-kill", state="firing", severity="critical", resource=f"pid:{w.pid}",
+            id=0, kind=AlertKind.OOM_KILL, state=AlertState.FIRING, severity=Severity.CRITICAL, resource=f"pid:{w.pid}",
             value=float(w.peak), threshold=0.0, unit="bytes", time=now, pid=w.pid, source=source,
             message=f"{name} ({w.pid}) was killed by the OOM killer"
-                    + (" (inferred: SIGKILL at high memory)" if source == "inferred" else "")
-                    + f"; its peak was {human_bytes(w.peak)}",
+                    + (" (inferred: SIGKILL at high memory)" if source == OomSource.INFERRED else "")
+                    + f"; its peak was {_size(w.peak)}",
             contributors=[Contributor(w.pid, name, w.peak)], details=details,
         ))
 
@@ -241,8 +225,8 @@ class AlertEngine:
             if not w.alive or w.handle.closed:
                 continue
             try:
-                excess = shared_excess(w.handle.read("smaps_rollup"))
-            except (MemagentError, OSError, ValueError):
+                excess = w.handle.shared_excess()
+            except MemagentError:
                 continue  # it exited meanwhile
             # Closed while we read (exit or detach): the descriptor may have been reused.
             if excess is not None and w.alive and not w.handle.closed:
@@ -254,3 +238,7 @@ class AlertEngine:
         self.kmsg.close()
 
 
+
+
+def _size(n: int | None) -> str:
+    return format_size(n, long=True)

@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 from memproto.records import TickStats
 
-from .procfs import parse_status_memory
+from ..proc.parse import parse_statm_pages, parse_status_memory
 from .registry import Registry
-from .watch import Watched
+from .watched import Watched
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +62,12 @@ class Sampler:
                     if w.history.last_slot != slot:
                         w.history.add(now, w.rss)
                     continue
-                parts = raw.split(None, 3)
-                if parts[0] == b"0":  # zombie: the mm is gone
+                pages = parse_statm_pages(raw)
+                if pages is None:  # zombie: the mm is gone
                     exited.append(w)
                     continue
                 status = parse_status_memory(pread(w.status_fd, _STATUS_READ, 0))
-                w.set_memory(int(parts[1]), int(parts[2]), status.hwm_bytes, status.swap_bytes)
+                w.set_memory(pages[0], pages[1], status.hwm_bytes, status.swap_bytes)
                 w.last_statm = raw
                 # Spread the forced reads of processes attached together over ticks.
                 spread = w.pid % status_every if w.status_due == 0 else 0
@@ -83,7 +83,7 @@ class Sampler:
             self.registry.mark_exited(exited, now)
         return exited
 
-    def rows(self) -> tuple[list[list[object]], list[int]]:
+    def rows(self) -> tuple[list[tuple[object, ...]], list[int]]:
         """Sample rows of every watched process in attach order, and each row's owner UID."""
         entries = self.registry.entries.values()
         return [w.row for w in entries], [w.uid for w in entries]

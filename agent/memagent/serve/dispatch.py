@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from memproto import encode_history_ok
 from memproto.frames import (
@@ -32,29 +31,35 @@ from memproto.frames import (
     Subscribe,
     Unsubscribe,
 )
-from memproto.records import Failure, ProcessInfo, ProcessRef, Series
+from memproto.records import DaemonStatus, Failure, ProcessInfo, ProcessRef, Series
+from memproto.vocabulary import ErrorCode, StackState
 
-from .errors import MemagentError
-from .watch import Watched
+from ..core.registry import Registry
+from ..core.stack_collector import StackCollector
+from ..core.watched import Watched
+from ..errors import MemagentError
+from .access import Access
+from .session import ClientSession
 
 log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:
-    from .agent import Agent
-    from .connection import ClientSession
-
 
 def _failure(pid: int, exc: MemagentError) -> Failure:
-    return Failure(pid, getattr(exc, "code", "error"), str(exc))
+    return Failure(pid, exc.code, str(exc))
 
 
 def _invalid(pid: int) -> Failure:
-    return Failure(pid, "invalid", f"invalid pid: {pid}")
+    return Failure(pid, ErrorCode.INVALID, f"invalid pid: {pid}")
 
 
 class Dispatcher:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    """Each request type's handler, over what requests act on: the registry, the stack
+    collector, and the daemon's status (built by the caller, who owns the other parts)."""
+
+    def __init__(self, registry: Registry, stacks: StackCollector, status: Callable[[Access], DaemonStatus]) -> None:
+        self.registry = registry
+        self.stacks = stacks
+        self.status_of = status
         self._handlers: dict[type[Frame], Callable[[ClientSession, Frame], Frame | bytes | None]] = {
             Attach: self.attach,  # type: ignore[dict-item]
             Detach: self.detach,  # type: ignore[dict-item]
@@ -73,26 +78,22 @@ class Dispatcher:
         the handler sends it later itself (a fresh stack dump)."""
         handler = self._handlers.get(type(request))
         if handler is None:
-            return Error(getattr(request, "id", None), "unknown_request", f"{request.TYPE!r} is not a request")
+            return Error(getattr(request, "id", None), ErrorCode.UNKNOWN_REQUEST, f"{request.TYPE!r} is not a request")
         return handler(session, request)
 
     def attach(self, session: ClientSession, req: Attach) -> AttachOk:
         attached: list[ProcessInfo] = []
         failed: list[Failure] = []
-        registry = self.agent.registry
         for pid in req.pids:
             if pid <= 0:
                 failed.append(_invalid(pid))
                 continue
             try:
-                watched = registry.attach(
+                watched = self.registry.attach(
                     pid, label=req.label, children=req.children, may_watch=session.access.may_watch
                 )
-            except MemagentError as exc:
+            except MemagentError as exc:  # CannotRead on EMFILE: the agent is out of descriptors
                 failed.append(_failure(pid, exc))
-                continue
-            except OSError as exc:  # e.g. EMFILE: the agent is out of descriptors
-                failed.append(Failure(pid, "error", f"cannot watch {pid}: {exc.strerror}"))
                 continue
             attached.extend(w.info() for w in watched)
         return AttachOk(req.id, attached, failed)
@@ -100,14 +101,13 @@ class Dispatcher:
     def detach(self, session: ClientSession, req: Detach) -> DetachOk:
         detached: list[ProcessRef] = []
         failed: list[Failure] = []
-        registry = self.agent.registry
         for pid in req.pids:
             try:
-                detached.extend(w.ref() for w in registry.detach(pid, session.access.may_watch))
+                detached.extend(w.ref() for w in self.registry.detach(pid, session.access.may_watch))
             except MemagentError as exc:
                 failed.append(_failure(pid, exc))
         if req.exited:
-            detached.extend(w.ref() for w in registry.detach_exited(session.access.may_watch))
+            detached.extend(w.ref() for w in self.registry.detach_exited(session.access.may_watch))
         return DetachOk(req.id, detached, failed)
 
     def reset_peaks(self, session: ClientSession, req: ResetPeaks) -> ResetPeaksOk:
@@ -115,13 +115,13 @@ class Dispatcher:
         failed: list[Failure] = []
         for pid in req.pids:
             try:
-                reset.append(self.agent.registry.reset_peaks(pid, session.access.may_watch).info())
+                reset.append(self.registry.reset_peaks(pid, session.access.may_watch).info())
             except MemagentError as exc:
                 failed.append(_failure(pid, exc))
         return ResetPeaksOk(req.id, reset, failed)
 
     def _visible(self, session: ClientSession) -> list[Watched]:
-        return self.agent.registry.visible(session.access.may_watch)
+        return self.registry.visible(session.access.may_watch)
 
     def list(self, session: ClientSession, req: ListProcesses) -> ListOk:
         return ListOk(req.id, [w.info() for w in self._visible(session)])
@@ -144,23 +144,23 @@ class Dispatcher:
                 end, values = w.history.series(req.seconds)
                 yield Series(w.pid, w.start_time, end, values)
 
-        return encode_history_ok(req.id, self.agent.registry.history_step, series(), len(chosen))
+        return encode_history_ok(req.id, self.registry.history_step, series(), len(chosen))
 
     def stack(self, session: ClientSession, req: Stack) -> Frame | None:
-        candidates = [w for w in self.agent.registry.find(req.pid) if session.access.may_watch(w.uid)]
+        candidates = [w for w in self.registry.find(req.pid) if session.access.may_watch(w.uid)]
         if not candidates:
-            return Error(req.id, "no_such_process", f"no such process: {req.pid} (not watched)")
+            return Error(req.id, ErrorCode.NO_SUCH_PROCESS, f"no such process: {req.pid} (not watched)")
         w = max(candidates, key=lambda c: (c.alive, c.start_time))
         if not (req.fresh and w.alive):
             return self._stack_ok(req, w)
 
         async def reply_when_taken() -> None:
             try:
-                await self.agent.stacks.demand(w)
+                await self.stacks.demand(w)
                 reply: Frame = self._stack_ok(req, w)
-            except (MemagentError, OSError, ValueError) as exc:
+            except MemagentError as exc:
                 log.exception("stack %d failed", req.pid)
-                reply = Error(req.id, "internal", f"stack failed: {type(exc).__name__}: {exc}")
+                reply = Error(req.id, ErrorCode.INTERNAL, f"stack failed: {type(exc).__name__}: {exc}")
             session.send(reply)
 
         task = asyncio.ensure_future(reply_when_taken())
@@ -169,14 +169,14 @@ class Dispatcher:
         return None
 
     def _stack_ok(self, req: Stack, w: Watched) -> StackOk:
-        collector = self.agent.stacks
+        collector = self.stacks
         ps = collector.stacks.get(w.key)
         if ps is None:
-            state = "disabled" if not collector.config.enabled else w.stack_state or "pending"
+            state = StackState.DISABLED if not collector.config.enabled else w.stack_state or StackState.PENDING
             return StackOk(req.id, w.pid, w.start_time, state, None, None, None, [], [])
         by_line, by_function = ps.sites()
-        return StackOk(req.id, w.pid, w.start_time, ps.state or "pending", ps.message, ps.latest, ps.at_peak,
-                       by_line, by_function)
+        return StackOk(req.id, w.pid, w.start_time, ps.state or StackState.PENDING, ps.message, ps.latest,
+                       ps.at_peak, by_line, by_function)
 
     def status(self, session: ClientSession, req: Status) -> StatusOk:
-        return StatusOk(req.id, self.agent.status(session.access))
+        return StatusOk(req.id, self.status_of(session.access))

@@ -14,74 +14,22 @@ process, while memory a process grows later (its own) counts in full. See
 
 GPU: ``capacity = total - reserve - (used - what watched processes use there now)``;
 Σ peaks sums the watched processes' peaks on that GPU.
+
+Pure: every input is passed in (the engine reads /proc, cgroups and NVML through
+:mod:`memagent.proc`), so each function is tested on plain values.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from memproto.records import Contributor, Headroom
 
-from .config import HeadroomConfig
-from .gpu import DeviceReading
-from .procfs import ProcFS
-from .watch import Watched
+from ..config import HeadroomConfig
+from ..core.watched import Watched
+from ..proc.nvml import DeviceReading
 
 TOP = 5
-
-
-def shared_excess(smaps_rollup: bytes) -> int | None:
-    """``RSS - PSS`` in bytes from ``/proc/PID/smaps_rollup``: the resident memory this
-    process shares beyond its fair share; None when the file says nothing."""
-    rss = pss = None
-    for line in smaps_rollup.splitlines():
-        if line.startswith(b"Rss:"):
-            rss = int(line.split()[1]) * 1024
-        elif line.startswith(b"Pss:"):
-            pss = int(line.split()[1]) * 1024
-    if rss is None or pss is None:
-        return None
-    return max(0, rss - pss)
-
-
-def memory_cgroup(procfs: ProcFS, pid: int) -> str | None:
-    """The memory cgroup path of ``pid`` (v1 ``memory`` controller, else v2), or None."""
-    try:
-        data = procfs.read(pid, "cgroup").decode()
-    except OSError:
-        return None
-    v2 = None
-    for line in data.splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            return f"memory:{path}"
-        if controllers == "":
-            v2 = f":{path}"
-    return v2
-
-
-def cgroup_file(cgroup: str, v1_name: str, v2_name: str, root: str = "/sys/fs/cgroup") -> str:
-    """The path of a memory-controller file of a cgroup from :func:`memory_cgroup`: under
-    the v1 ``memory`` hierarchy, or in the v2 unified tree."""
-    kind, _, path = cgroup.partition(":")
-    path = path.lstrip("/")
-    if kind == "memory":
-        return os.path.join(root, "memory", path, v1_name)
-    return os.path.join(root, path, v2_name)
-
-
-def cgroup_limit(cgroup: str, root: str = "/sys/fs/cgroup") -> int | None:
-    """The memory limit of a cgroup from :func:`memory_cgroup`; None when unlimited."""
-    try:
-        with open(cgroup_file(cgroup, "memory.limit_in_bytes", "memory.max", root)) as f:
-            text = f.read().strip()
-    except OSError:
-        return None
-    if text == "max":
-        return None
-    value = int(text)
-    return None if value >= 1 << 60 else value  # v1's "unlimited" is a huge number
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,3 +90,14 @@ def gpu_headroom(device: DeviceReading, watched: list[Watched], config: Headroom
 def _top(peaks: list[tuple[int, Watched]]) -> list[Contributor]:
     best = sorted(peaks, key=lambda pw: -pw[0])[:TOP]
     return [Contributor(w.pid, w.label or w.name, p) for p, w in best]
+
+
+def slope(points: list[tuple[float, int]]) -> float | None:
+    """Least-squares slope in bytes/s of (time, bytes) points; None with fewer than 3."""
+    n = len(points)
+    if n < 3:
+        return None
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    den = sum((t - mt) ** 2 for t, _ in points)
+    return sum((t - mt) * (v - mv) for t, v in points) / den if den else None

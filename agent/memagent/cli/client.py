@@ -1,7 +1,8 @@
 """A small blocking client of the daemon, for the command line, scripts and tests.
 
 It handshakes, sends requests with increasing ids and waits for the reply with the same
-id; events that arrive meanwhile are kept for :meth:`Client.events`.
+id; events that arrive meanwhile are kept for :meth:`Client.events`. It raises the
+client errors of :mod:`memproto.client_side`, the same ones memtop's link raises.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from memproto import (
     encode,
     frame_bytes,
 )
-from memproto.client_side import check_server_hello, client_hello, decode_from_server
+from memproto.client_side import (
+    ConnectionLost,
+    DaemonNotRunning,
+    RequestFailed,
+    check_server_hello,
+    client_hello,
+    decode_from_server,
+)
 from memproto.frames import (
     Ack,
     Attach,
@@ -43,27 +51,9 @@ from memproto.frames import (
 )
 from memproto.records import DaemonStatus, ProcessInfo
 
-from . import SOFTWARE
+from .. import SOFTWARE
 
 R = TypeVar("R", bound=Frame)
-
-
-class DaemonNotRunning(Exception):
-    def __init__(self, path: str) -> None:
-        self.path = path
-        super().__init__(f"no memagent daemon at {path} (start one with: memagent daemon)")
-
-
-class RequestFailed(Exception):
-    """The daemon answered a request with an error frame."""
-
-    def __init__(self, error: Error) -> None:
-        self.code = error.code
-        super().__init__(error.message)
-
-
-class ConnectionLost(Exception):
-    pass
 
 
 class Client:

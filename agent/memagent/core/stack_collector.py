@@ -13,43 +13,30 @@ import contextlib
 import heapq
 import itertools
 import logging
-import os
 import time
 from collections.abc import Callable, Collection
 
-from memproto.records import StackDump
+from memproto.vocabulary import StackState
 
-from .errors import MemagentError
-from .registry import Registry
-from .stacks import (
-    ADVICE,
+from ..config import StackConfig
+from ..proc import pyspy
+from ..proc.pyspy import ADVICE, find_py_spy
+from .process_stacks import (
     DEMAND,
-    DISABLED,
-    ERROR,
-    EXITED,
     GROWTH,
-    MISSING,
-    NOT_PYTHON,
-    OK,
     PEAK,
-    PENDING,
     ROTATION,
-    TIMEOUT,
     TRIGGER_NAMES,
     ProcessStacks,
-    StackConfig,
     TokenBucket,
-    classify_failure,
-    find_py_spy,
-    parse_dump,
+    with_attribution,
 )
-from .watch import Watched
+from .registry import Registry
+from .watched import Watched
 
 log = logging.getLogger(__name__)
 
 Key = tuple[int, int]
-#: States in which asking again is pointless until something changes.
-_FINAL = {NOT_PYTHON, MISSING, DISABLED, EXITED}
 
 
 class StackCollector:
@@ -71,7 +58,7 @@ class StackCollector:
         self._peaks: dict[Key, int] = {}
         self._next_rotation = 0.0
         if config.enabled and self.py_spy is None:
-            log.warning("py-spy not found: no Python stacks (%s)", ADVICE[MISSING])
+            log.warning("py-spy not found: no Python stacks (%s)", ADVICE[StackState.MISSING])
 
     @property
     def usable(self) -> bool:
@@ -98,7 +85,7 @@ class StackCollector:
         move, so they cannot have grown)."""
         for w in exited:
             if w.key in self.stacks:
-                self._set_state(w, EXITED, ADVICE[EXITED])
+                self._set_state(w, StackState.EXITED, ADVICE[StackState.EXITED])
         threshold = self.config.growth_threshold
         for w in changed:
             if not w.alive:
@@ -114,7 +101,7 @@ class StackCollector:
             delta = total - prev
             if delta > 0:
                 ps.pending_growth += delta
-            if ps.state in _FINAL:
+            if ps.state in StackState.FINAL:
                 continue
             if peak > self._peaks.get(w.key, 0) and delta > 0:
                 self.request(w, PEAK)
@@ -131,7 +118,7 @@ class StackCollector:
             del self.stacks[key]
             self._watched.pop(key, None)
             self._peaks.pop(key, None)
-        stale = [w for w in alive if self.of(w).state not in _FINAL
+        stale = [w for w in alive if self.of(w).state not in StackState.FINAL
                  and now - self.of(w).last_taken >= self.config.rotation
                  and now - self.of(w).last_request >= self.config.rotation]
         if stale:
@@ -142,8 +129,8 @@ class StackCollector:
     def request(self, w: Watched, priority: int) -> None:
         ps = self.of(w)
         if not self.usable:
-            self._set_state(w, DISABLED if not self.config.enabled else MISSING,
-                            None if not self.config.enabled else ADVICE[MISSING])
+            self._set_state(w, StackState.DISABLED if not self.config.enabled else StackState.MISSING,
+                            None if not self.config.enabled else ADVICE[StackState.MISSING])
             return
         queued = self._queued.get(w.key)
         if queued is not None and queued <= priority:
@@ -152,7 +139,7 @@ class StackCollector:
         ps.last_request = time.time()
         heapq.heappush(self._heap, (priority, next(self._seq), w.key))
         if ps.state is None:
-            self._set_state(w, PENDING, None)
+            self._set_state(w, StackState.PENDING, None)
         if self._wakeup is not None:
             self._wakeup.set()
 
@@ -161,7 +148,7 @@ class StackCollector:
         if not self.usable:
             self.request(w, DEMAND)  # sets the state that says why not
             return
-        if self.of(w).state in _FINAL:
+        if self.of(w).state in StackState.FINAL:
             return  # not Python, or gone: a dump would only spend budget
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(w.key, []).append(future)
@@ -206,7 +193,7 @@ class StackCollector:
             w = self._watched.get(key)
             if w is None or not w.alive:
                 if w is not None:
-                    self._set_state(w, EXITED, ADVICE[EXITED])
+                    self._set_state(w, StackState.EXITED, ADVICE[StackState.EXITED])
                 return
             self.dumps_started += 1
             await self._run_py_spy(w, TRIGGER_NAMES[priority])
@@ -218,46 +205,15 @@ class StackCollector:
 
     async def _run_py_spy(self, w: Watched, trigger: str) -> None:
         assert self.py_spy is not None
-        rss, vram = w.rss, w.vram
-        env = {**os.environ, "RUST_BACKTRACE": "0"}
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                self.py_spy, "dump", "--pid", str(w.pid), "--nonblocking", "--json",
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=env,
-            )
-        except OSError as exc:
-            self._set_state(w, ERROR, f"cannot run py-spy: {exc.strerror}")
+        result = await pyspy.dump(self.py_spy, w.pid, self.config.timeout, time.time, trigger, w.rss, w.vram,
+                                  lambda: w.alive and w.handle.alive())
+        if result.dump is None:
+            self._set_state(w, result.state, result.message)
             return
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.config.timeout)
-        except asyncio.TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            log.warning("py-spy on %d hung for %g s: killed", w.pid, self.config.timeout)
-            self._set_state(w, TIMEOUT, ADVICE[TIMEOUT])
-            return
-        if proc.returncode != 0:
-            state, message = classify_failure(err.decode("utf-8", "replace"), w.alive and self._pid_alive(w))
-            self._set_state(w, state, message)
-            return
-        try:
-            dump = parse_dump(out, time.time(), trigger, rss, vram)
-        except (ValueError, TypeError, KeyError) as exc:
-            self._set_state(w, ERROR, f"unreadable py-spy output: {exc}")
-            return
-        self.of(w).record(dump)
-        self._set_state(w, OK, None)
+        self.of(w).record(with_attribution(result.dump))
+        self._set_state(w, StackState.OK, None)
 
-    @staticmethod
-    def _pid_alive(w: Watched) -> bool:
-        try:
-            w.handle.statm_bytes()
-            return True
-        except (MemagentError, OSError):
-            return False
-
-    def latest(self, w: Watched) -> StackDump | None:
+    def peak_text(self, w: Watched) -> str | None:
+        """The stack closest to ``w``'s peak, as text (for an oom-kill alert)."""
         ps = self.stacks.get(w.key)
-        return ps.latest if ps else None
+        return ps.peak_text() if ps else None

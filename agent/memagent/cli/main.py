@@ -12,20 +12,21 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Sequence
-from typing import Any
 
 from memproto import ProtocolError
-from memproto.records import Failure, ProcessInfo, StackDump
+from memproto.client_side import ConnectionLost, DaemonNotRunning, RequestFailed
+from memproto.paths import socket_path
+from memproto.records import Failure
 from memproto.schema import to_wire
+from memproto.vocabulary import ErrorCode, StackState
 
-from . import __version__
-from . import config as config_file
-from .client import Client, ConnectionLost, DaemonNotRunning, RequestFailed
-from .config import DEFAULT_PATH as DEFAULT_CONFIG
-from .paths import socket_path
-from .units import human_bytes
+from .. import __version__
+from .. import config as config_file
+from ..config import DEFAULT_PATH as DEFAULT_CONFIG
+from ..errors import ConfigError
+from .client import Client
+from .render import format_stack, format_table, human_bytes, process_json, status_lines
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -113,10 +114,6 @@ def build_parser() -> argparse.ArgumentParser:
 # --------------------------------------------------------------------------- output
 
 
-def process_json(p: ProcessInfo) -> dict[str, Any]:
-    return to_wire(p)  # type: ignore[no-any-return]
-
-
 def _print_json(value: object) -> None:
     json.dump(value, sys.stdout, indent=None)
     sys.stdout.write("\n")
@@ -124,31 +121,9 @@ def _print_json(value: object) -> None:
 
 def _report_failures(failed: list[Failure]) -> int:
     for f in failed:
-        print(f.message if f.code in ("no_such_process", "permission_denied") else f"{f.code}: {f.message}",
-              file=sys.stderr)
+        plain = f.code in (ErrorCode.NO_SUCH_PROCESS, ErrorCode.PERMISSION_DENIED)
+        print(f.message if plain else f"{f.code}: {f.message}", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
-
-
-def format_table(processes: list[ProcessInfo]) -> str:
-    gpu = any(p.vram_bytes is not None or p.vram_peak_bytes is not None or p.gpus for p in processes)
-    vram_title = f" {'VRAM':>10} {'VPEAK':>10}" if gpu else ""
-    header = (f"{'PID':>7}  {'NAME':<20} {'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}{vram_title}  "
-              f"{'STATE':<6} COMMAND")
-    lines = [header]
-    for p in sorted(processes, key=lambda p: p.rss_peak_bytes, reverse=True):
-        name = p.label or p.name
-        state = "alive" if p.alive else "exited"
-        peak = human_bytes(p.rss_peak_bytes) + ("" if p.rss_peak_exact else "~")
-        cmd = " ".join(p.cmdline)[:60]
-        vram = ""
-        if gpu:
-            vpeak = human_bytes(p.vram_peak_bytes) + ("" if p.vram_peak_exact or p.vram_peak_bytes is None else "~")
-            vram = f" {human_bytes(p.vram_bytes):>10} {vpeak:>10}"
-        lines.append(
-            f"{p.pid:>7}  {name[:20]:<20} {human_bytes(p.rss_bytes):>10} {peak:>10} "
-            f"{human_bytes(p.anon_bytes):>10} {human_bytes(p.swap_bytes):>9}{vram}  {state:<6} {cmd}"
-        )
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- commands
@@ -210,50 +185,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(to_wire(status))
         return EXIT_OK
-    t = status.tick
-    print(f"{status.software}, pid {status.pid}, uid {status.uid}, socket {status.socket}")
-    print(f"watching {status.watched} processes ({status.alive} alive), {status.clients} clients")
-    print(f"interval {status.interval:g} s: {t.ticks} ticks, mean {t.mean_interval * 1000:.1f} ms, "
-          f"max lateness {t.max_lateness * 1000:.1f} ms, {t.overruns} overruns, "
-          f"last tick took {t.last_duration * 1000:.2f} ms")
-    h = status.host
-    print(f"host memory: {human_bytes(h.total_bytes - h.available_bytes)} used of {human_bytes(h.total_bytes)}, "
-          f"swap {human_bytes(h.swap_total_bytes - h.swap_free_bytes)} of {human_bytes(h.swap_total_bytes)}")
-    if not status.gpu_available:
-        print(f"GPU memory: not available ({status.gpu_note or 'unknown reason'})")
-    for g in status.gpus:
-        state = "LOST" if g.lost else f"{human_bytes(g.used_bytes)} used of {human_bytes(g.total_bytes)}"
-        print(f"GPU {g.index}: {g.name} {g.uuid}: {state}")
-    for hr in status.headroom:
-        ratio = f"{hr.ratio:.0%}" if hr.ratio is not None else "n/a"
-        print(f"headroom {hr.name}: Σ peaks {human_bytes(hr.sum_peaks_bytes)} of {human_bytes(hr.capacity_bytes)} "
-              f"({ratio})" + (" [configured]" if hr.configured else ""))
-    if status.pressure is not None:
-        print(f"memory pressure (PSI some avg10): {status.pressure:.1f}%")
-    for a in status.alerts_active:
-        print(f"ALERT {a.severity} {a.kind} [{a.resource}]: {a.message}")
-    if not status.host_pid_namespace:
-        print("warning: the daemon is in a nested PID namespace; NVML's host PIDs will not match "
-              "(run it in the host PID namespace)")
+    print("\n".join(status_lines(status)))
     return EXIT_OK
-
-
-def format_stack(dump: StackDump, title: str) -> list[str]:
-    when = time.strftime("%H:%M:%S", time.localtime(dump.time))
-    lines = [f"{title} (taken {when} on {dump.trigger}, RSS {human_bytes(dump.rss_bytes)}"
-             + (f", VRAM {human_bytes(dump.vram_bytes)})" if dump.vram_bytes is not None else ")")]
-    for t in dump.threads:
-        mark = "*" if t.thread_id == dump.attributed_thread else " "
-        state = "active" if t.active else "idle"
-        lines.append(f" {mark} thread {t.name or t.thread_id} ({state}{', holds the GIL' if t.owns_gil else ''})")
-        lines.extend(f"      {f.name} ({f.filename}:{f.line})" for f in t.frames)
-    return lines
 
 
 def cmd_stack(args: argparse.Namespace) -> int:
     with Client(socket_path(args.socket), timeout=30.0) as c:
         reply = c.stack(args.pid, fresh=not args.cached)
-    status = EXIT_OK if reply.state in ("ok", "exited") or reply.latest else EXIT_FAILED
+    status = EXIT_OK if reply.state in (StackState.OK, StackState.EXITED) or reply.latest else EXIT_FAILED
     if args.json:
         _print_json({k: v for k, v in to_wire(reply).items() if k != "id"})
         return status
@@ -270,16 +209,15 @@ def cmd_stack(args: argparse.Namespace) -> int:
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
-    from .slim import skip_tls_import
+    from ..daemon import run_daemon, setup_logging, skip_tls_import
 
     skip_tls_import()
-    from .daemon import run_daemon, setup_logging
 
     setup_logging(args.verbose)
     path = args.config or config_file.default_path()
     try:
         values = config_file.load(path) if path else {}
-    except config_file.ConfigError as exc:
+    except ConfigError as exc:
         print(f"memagent: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_NO_DAEMON
     socket = socket_path(args.socket or values.get("socket"))
@@ -289,7 +227,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     try:
         values = config_file.load(args.file)
-    except config_file.ConfigError as exc:
+    except ConfigError as exc:
         print(f"invalid: {exc}", file=sys.stderr)
         return EXIT_FAILED
     print(f"{args.file}: valid ({len(values)} keys set)")
@@ -297,7 +235,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo_printing
+    from .demo import run_demo_printing  # imports the agent (and asyncio): only for this command
 
     return run_demo_printing(args.socket, args.seconds)
 

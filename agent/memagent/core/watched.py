@@ -13,13 +13,32 @@ the peak becomes the maximum of samples: ``rss_peak_exact`` says which.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
-from memproto.records import GpuUse, ProcessInfo, ProcessRef
+from memproto.records import SAMPLE_COLUMNS, GpuUse, ProcessInfo, ProcessRef
+from memproto.series import PeakSeries
 
-from .history import PeakHistory
-from .procfs import PAGE_SIZE, ProcessHandle
+from ..proc.procfs import PAGE_SIZE, ProcessHandle
+
+#: The wire's field names (:class:`memproto.records.ProcessInfo` and the sample row,
+#: declared once in :mod:`memproto.records`) that :class:`Watched` keeps under another
+#: name; every other field has the same name on both sides.
+ATTRIBUTE_OF = {
+    "rss_bytes": "rss",
+    "rss_peak_bytes": "peak",
+    "anon_bytes": "anon",
+    "swap_bytes": "swap",
+    "rss_peak_exact": "peak_exact",
+    "vram_bytes": "vram",
+    "vram_peak_bytes": "vram_peak",
+    "gpus": "vram_gpus",
+}
+#: The sample-frame row of a process, in :data:`memproto.records.SAMPLE_COLUMNS` order.
+_row_of = attrgetter(*(ATTRIBUTE_OF.get(column, column) for column in SAMPLE_COLUMNS))
+_INFO_FIELDS = tuple((f.name, ATTRIBUTE_OF.get(f.name, f.name)) for f in dataclasses.fields(ProcessInfo))
 
 
 class Watched:
@@ -75,7 +94,7 @@ class Watched:
         uid: int,
         label: str | None,
         attached_at: float,
-        history: PeakHistory,
+        history: PeakSeries,
     ) -> None:
         self.handle = handle
         self.pid = handle.pid
@@ -100,17 +119,17 @@ class Watched:
         #: attached only if that client could have attached them itself.
         self.follow_may_watch: Callable[[int], bool] | None = None
         self.history = history
-        self.row: list[object] = []
+        self.row: tuple[object, ...] = ()
         #: GPU memory: None until NVML reports (or when it cannot), see :meth:`set_vram`.
         self.vram: int | None = None
         self.vram_gpus: list[GpuUse] = []
         #: Per GPU index: [peak bytes, exact (from the driver's accounting)].
         self.vram_peaks: dict[int, list[Any]] = {}
         self.vram_sampled_only = False
-        #: Where reading this process's Python stack stands (memagent.stacks states).
+        #: Where reading this process's Python stack stands (memproto.vocabulary.StackState).
         self.stack_state: str | None = None
         #: RSS - PSS from the last smaps_rollup read (0 until read): resident memory shared
-        #: with other processes beyond its fair share (see memagent.headroom).
+        #: with other processes beyond its fair share (see memagent.alerting.headroom).
         self.shared = 0
         #: When the next PSS read is due (0: as soon as possible).
         self.share_due = 0.0
@@ -121,8 +140,8 @@ class Watched:
         self.oom_count: int | None = None
         self.exit_signal: int | None = None
         # Raw descriptors for the sampler's hot loop (no wrapper call per read).
-        self.statm_fd = handle._statm
-        self.status_fd = handle._status
+        self.statm_fd = handle.statm_fd
+        self.status_fd = handle.status_fd
 
     @property
     def key(self) -> tuple[int, int]:
@@ -145,9 +164,8 @@ class Watched:
         self._build_row()
 
     def _build_row(self) -> None:
-        """The sample-frame row, in :data:`memproto.frames.SAMPLE_COLUMNS` order."""
-        self.row = [self.pid, self.start_time, self.alive, self.rss, self.peak, self.anon, self.swap,
-                    self.vram, self.vram_peak]
+        """The sample-frame row, in :data:`memproto.records.SAMPLE_COLUMNS` order."""
+        self.row = _row_of(self)
 
     @property
     def vram_peak(self) -> int | None:
@@ -200,28 +218,12 @@ class Watched:
         self.vram_sampled_only = True
 
     def info(self) -> ProcessInfo:
-        return ProcessInfo(
-            pid=self.pid,
-            start_time=self.start_time,
-            name=self.name,
-            cmdline=list(self.cmdline),
-            label=self.label,
-            uid=self.uid,
-            alive=self.alive,
-            attached_at=self.attached_at,
-            exited_at=self.exited_at,
-            rss_bytes=self.rss,
-            rss_peak_bytes=self.peak,
-            anon_bytes=self.anon,
-            swap_bytes=self.swap,
-            rss_peak_exact=self.peak_exact,
-            peak_since=self.peak_since,
-            vram_bytes=self.vram,
-            vram_peak_bytes=self.vram_peak,
-            vram_peak_exact=self.vram_peak_exact,
-            gpus=list(self.vram_gpus),
-            stack_state=self.stack_state,
-        )
+        """Everything known, as the wire's :class:`ProcessInfo` (lists copied: the record
+        is immutable, this object is not)."""
+        values = {name: getattr(self, attr) for name, attr in _INFO_FIELDS}
+        values["cmdline"] = list(self.cmdline)
+        values["gpus"] = list(self.vram_gpus)
+        return ProcessInfo(**values)
 
     def ref(self) -> ProcessRef:
         return ProcessRef(self.pid, self.start_time)

@@ -11,9 +11,13 @@ from __future__ import annotations
 import grp
 import socket
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from .procfs import ProcFS, parse_status_groups
+from memproto.records import Alert, Headroom
+
+from ..core.registry import Registry
+from ..errors import ConfigError, MemagentError
+from ..proc.procfs import ProcFS
 
 _UCRED = struct.Struct("3i")
 #: Linux's SO_PEERGROUPS (4.13+): the peer's supplementary groups as of connect().
@@ -42,13 +46,17 @@ def peer_credentials(sock: socket.socket) -> Peer:
     return Peer(pid, uid, gid, groups)
 
 
-def resolve_group(name: str | None) -> int | None:
-    """GID of a group name (or a numeric GID); None when unset. Raises KeyError if unknown."""
+def resolve_group(name: str | None, key: str = "group") -> int | None:
+    """GID of a group name (or a numeric GID); None when unset. ConfigError naming
+    ``key`` when there is no such group."""
     if not name:
         return None
     if name.isdigit():
         return int(name)
-    return grp.getgrnam(name).gr_gid
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise ConfigError(key, f"no such group: {name!r}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +81,8 @@ class AccessPolicy:
             return groups | peer.groups
         # No SO_PEERGROUPS: read the client's groups from /proc (racy if it already exited).
         try:
-            groups |= parse_status_groups(self.procfs.read(peer.pid, "status"))
-        except (OSError, ValueError):
+            groups |= self.procfs.groups(peer.pid)
+        except MemagentError:
             pass  # the client already exited: its primary group is all we know
         return groups
 
@@ -84,3 +92,31 @@ class AccessPolicy:
         if self.admin_gid is not None and self.admin_gid in self._groups(peer):
             return Access(peer, True)
         return Access(peer, False)
+
+
+# --------------------------------------------------------------------------- what a client sees
+
+
+def own_pids(access: Access, registry: Registry) -> set[int] | None:
+    """The PIDs of the watched processes this client may see; None: all of them."""
+    if access.sees_all:
+        return None
+    return {w.pid for w in registry.entries.values() if w.uid == access.peer.uid}
+
+
+def alert_for(alert: Alert, own: set[int] | None) -> Alert | None:
+    """What a client (its :func:`own_pids`) may see of an alert: nothing of an alert about
+    another user's process; box-wide alerts without others' processes among the
+    contributors."""
+    if own is None:
+        return alert
+    if alert.pid is not None and alert.pid not in own:
+        return None
+    return replace(alert, contributors=[c for c in alert.contributors if c.pid in own])
+
+
+def headroom_for(view: Headroom, own: set[int] | None) -> Headroom:
+    """A headroom view without other users' processes among its top contributors."""
+    if own is None:
+        return view
+    return replace(view, top=[c for c in view.top if c.pid in own])

@@ -7,7 +7,7 @@ Shapes: ``steady`` (holds 120 MiB), ``sawtooth`` (grows to 150 MiB, drops, again
 with 20 MiB of its own: naive ΣRSS counts the buffer four times).
 
 Workers die with their parent (``PR_SET_PDEATHSIG``), so stopping the demo, or killing
-it, stops the fleet. ``python -m memagent.demo worker SHAPE`` runs one worker.
+it, stops the fleet. ``python -m memagent.demo_fleet worker SHAPE`` runs one worker.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .errors import MemagentError
+
 if TYPE_CHECKING:
-    from .registry import Registry
+    from .core.registry import Registry
 
 MiB = 1024 * 1024
 SHAPES = ("steady", "sawtooth", "leak", "spike", "forked")
@@ -121,7 +122,7 @@ class Fleet:
     def start(self) -> list[Member]:
         for shape in self.shapes:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "memagent.demo", "worker", shape],
+                [sys.executable, "-m", "memagent.demo_fleet", "worker", shape],
                 stdin=subprocess.DEVNULL,
             )
             self.members.append(Member(f"demo-{shape}", shape, proc))
@@ -150,8 +151,6 @@ class Fleet:
 async def attach_fleet(fleet: Fleet, registry: Registry) -> list[str]:
     """Attach every member, labelled (the forked one with its workers, once it has forked
     them); returns why a member could not be attached, if any could not."""
-    from .errors import MemagentError
-
     await asyncio.sleep(0.5)  # let the forked member fork its workers before attaching
     problems = []
     for m in fleet.members:
@@ -162,50 +161,13 @@ async def attach_fleet(fleet: Fleet, registry: Registry) -> list[str]:
     return problems
 
 
-def run_demo_printing(socket: str | None, seconds: float | None) -> int:
-    """Run an agent with the fleet and print ``memagent ls`` every second."""
-    from .agent import Agent, AgentConfig
-    from .cli import format_table
-    from .daemon import setup_logging
-
-    setup_logging()
-    path = socket or os.path.join(tempfile.mkdtemp(prefix="memagent-demo-"), "memagent.sock")
-    agent = Agent(AgentConfig(socket=path, interval=0.5))
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        ready = asyncio.Event()
-        serving = asyncio.ensure_future(agent.run(stop, ready))
-        await ready.wait()
-        with Fleet() as fleet:
-            for problem in await attach_fleet(fleet, agent.registry):
-                print(f"demo: {problem}", file=sys.stderr)
-            print(f"demo agent on {path}: try `memagent --socket {path} ls` elsewhere; Ctrl-C stops")
-            started = time.monotonic()
-            while not stop.is_set():
-                if seconds is not None and time.monotonic() - started >= seconds:
-                    break
-                print(format_table([w.info() for w in agent.registry.entries.values()]), flush=True)
-                print(flush=True)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 1.0)
-            stop.set()
-        await serving
-
-    asyncio.run(main())
-    return 0
-
-
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "worker" and argv[1] in _WORKERS:
         die_with_parent()
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         _WORKERS[argv[1]]()
         return 0
-    print(f"usage: python -m memagent.demo worker {{{','.join(SHAPES)}}}", file=sys.stderr)
+    print(f"usage: python -m memagent.demo_fleet worker {{{','.join(SHAPES)}}}", file=sys.stderr)
     return 2
 
 

@@ -1,0 +1,51 @@
+"""``memagent demo``: an agent with the demo fleet attached, printing the process table
+every second (the fleet's shapes: :mod:`memagent.demo_fleet`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+
+from ..agent import Agent
+from ..config import AgentConfig
+from ..daemon import setup_logging
+from ..demo_fleet import Fleet, attach_fleet
+from .render import format_table
+
+
+def run_demo_printing(socket: str | None, seconds: float | None) -> int:
+    """Run an agent with the fleet and print ``memagent ls`` every second."""
+    setup_logging()
+    path = socket or os.path.join(tempfile.mkdtemp(prefix="memagent-demo-"), "memagent.sock")
+    agent = Agent(AgentConfig(socket=path, interval=0.5))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        ready = asyncio.Event()
+        serving = asyncio.ensure_future(agent.run(stop, ready))
+        await ready.wait()
+        with Fleet() as fleet:
+            for problem in await attach_fleet(fleet, agent.registry):
+                print(f"demo: {problem}", file=sys.stderr)
+            print(f"demo agent on {path}: try `memagent --socket {path} ls` elsewhere; Ctrl-C stops")
+            started = time.monotonic()
+            while not stop.is_set():
+                if seconds is not None and time.monotonic() - started >= seconds:
+                    break
+                print(format_table([w.info() for w in agent.registry.entries.values()]), flush=True)
+                print(flush=True)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+            stop.set()
+        await serving
+
+    asyncio.run(main())
+    return 0

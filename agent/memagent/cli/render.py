@@ -1,0 +1,84 @@
+"""Text for people: the process table, the status report and Python stacks, as the
+``memagent`` commands print them (``--json`` prints the wire records instead)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from memproto.records import DaemonStatus, ProcessInfo, StackDump
+from memproto.schema import to_wire
+from memproto.units import format_size
+
+
+def human_bytes(n: int | None) -> str:
+    """A size in prose (``1.25 GiB``): :func:`memproto.units.format_size`, long form."""
+    return format_size(n, long=True)
+
+
+def process_json(p: ProcessInfo) -> dict[str, Any]:
+    return to_wire(p)  # type: ignore[no-any-return]
+
+
+def format_table(processes: list[ProcessInfo]) -> str:
+    gpu = any(p.vram_bytes is not None or p.vram_peak_bytes is not None or p.gpus for p in processes)
+    vram_title = f" {'VRAM':>10} {'VPEAK':>10}" if gpu else ""
+    header = (f"{'PID':>7}  {'NAME':<20} {'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}{vram_title}  "
+              f"{'STATE':<6} COMMAND")
+    lines = [header]
+    for p in sorted(processes, key=lambda p: p.rss_peak_bytes, reverse=True):
+        name = p.label or p.name
+        state = "alive" if p.alive else "exited"
+        peak = human_bytes(p.rss_peak_bytes) + ("" if p.rss_peak_exact else "~")
+        cmd = " ".join(p.cmdline)[:60]
+        vram = ""
+        if gpu:
+            vpeak = human_bytes(p.vram_peak_bytes) + ("" if p.vram_peak_exact or p.vram_peak_bytes is None else "~")
+            vram = f" {human_bytes(p.vram_bytes):>10} {vpeak:>10}"
+        lines.append(
+            f"{p.pid:>7}  {name[:20]:<20} {human_bytes(p.rss_bytes):>10} {peak:>10} "
+            f"{human_bytes(p.anon_bytes):>10} {human_bytes(p.swap_bytes):>9}{vram}  {state:<6} {cmd}"
+        )
+    return "\n".join(lines)
+
+
+def status_lines(status: DaemonStatus) -> list[str]:
+    """``memagent status`` without ``--json``."""
+    lines = [f"{status.software}, pid {status.pid}, uid {status.uid}, socket {status.socket}",
+             f"watching {status.watched} processes ({status.alive} alive), {status.clients} clients"]
+    t = status.tick
+    lines.append(f"interval {status.interval:g} s: {t.ticks} ticks, mean {t.mean_interval * 1000:.1f} ms, "
+          f"max lateness {t.max_lateness * 1000:.1f} ms, {t.overruns} overruns, "
+          f"last tick took {t.last_duration * 1000:.2f} ms")
+    h = status.host
+    lines.append(f"host memory: {human_bytes(h.total_bytes - h.available_bytes)} used of {human_bytes(h.total_bytes)}, "
+          f"swap {human_bytes(h.swap_total_bytes - h.swap_free_bytes)} of {human_bytes(h.swap_total_bytes)}")
+    if not status.gpu_available:
+        lines.append(f"GPU memory: not available ({status.gpu_note or 'unknown reason'})")
+    for g in status.gpus:
+        state = "LOST" if g.lost else f"{human_bytes(g.used_bytes)} used of {human_bytes(g.total_bytes)}"
+        lines.append(f"GPU {g.index}: {g.name} {g.uuid}: {state}")
+    for hr in status.headroom:
+        ratio = f"{hr.ratio:.0%}" if hr.ratio is not None else "n/a"
+        lines.append(f"headroom {hr.name}: Σ peaks {human_bytes(hr.sum_peaks_bytes)} of "
+                     f"{human_bytes(hr.capacity_bytes)} ({ratio})" + (" [configured]" if hr.configured else ""))
+    if status.pressure is not None:
+        lines.append(f"memory pressure (PSI some avg10): {status.pressure:.1f}%")
+    for a in status.alerts_active:
+        lines.append(f"ALERT {a.severity} {a.kind} [{a.resource}]: {a.message}")
+    if not status.host_pid_namespace:
+        lines.append("warning: the daemon is in a nested PID namespace; NVML's host PIDs will not match "
+                     "(run it in the host PID namespace)")
+    return lines
+
+
+def format_stack(dump: StackDump, title: str) -> list[str]:
+    when = time.strftime("%H:%M:%S", time.localtime(dump.time))
+    lines = [f"{title} (taken {when} on {dump.trigger}, RSS {human_bytes(dump.rss_bytes)}"
+             + (f", VRAM {human_bytes(dump.vram_bytes)})" if dump.vram_bytes is not None else ")")]
+    for t in dump.threads:
+        mark = "*" if t.thread_id == dump.attributed_thread else " "
+        state = "active" if t.active else "idle"
+        lines.append(f" {mark} thread {t.name or t.thread_id} ({state}{', holds the GIL' if t.owns_gil else ''})")
+        lines.extend(f"      {f.name} ({f.filename}:{f.line})" for f in t.frames)
+    return lines

@@ -1,0 +1,224 @@
+"""Parsers of the /proc (and cgroup) files the agent reads: bytes in, values out.
+
+Pure functions, tested against fixture files that are edited copies of real ones
+(psutil style). Malformed input raises ``ValueError``; the handles in
+:mod:`memagent.proc.procfs` turn that into :class:`~memagent.errors.CannotRead` for
+their callers, so nothing above this package parses /proc or catches ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+#: cmdline is user data of any length; keep what a human reads, bounded for the wire.
+MAX_ARG_CHARS: Final = 1024
+MAX_CMDLINE_CHARS: Final = 8192
+_PF_KTHREAD: Final = 0x00200000
+
+
+@dataclass(frozen=True, slots=True)
+class Statm:
+    """``/proc/PID/statm``, in pages."""
+
+    size: int
+    resident: int
+    shared: int
+
+    @property
+    def anon(self) -> int:
+        """Anonymous resident pages: statm's ``shared`` is file-backed + shmem pages."""
+        return max(0, self.resident - self.shared)
+
+
+def parse_statm(data: bytes) -> Statm:
+    parts = data.split(None, 3)
+    if len(parts) < 3:
+        raise ValueError(f"short statm: {data[:64]!r}")
+    return Statm(int(parts[0]), int(parts[1]), int(parts[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class StatusMemory:
+    """The ``/proc/PID/status`` lines the hot path needs, in bytes. ``None``: line absent
+    (a zombie or a kernel thread has no Vm* lines)."""
+
+    hwm_bytes: int | None
+    rss_bytes: int | None
+    swap_bytes: int | None
+
+
+def _kb_field(data: bytes, key: bytes) -> int | None:
+    i = data.find(key)
+    if i < 0:
+        return None
+    j = data.find(b"\n", i + 1)
+    # "VmHWM:\t  123456 kB"
+    return int(data[i + len(key) : j if j >= 0 else None].split()[0]) * 1024
+
+
+def parse_status_memory(data: bytes) -> StatusMemory:
+    return StatusMemory(
+        _kb_field(data, b"\nVmHWM:"),
+        _kb_field(data, b"\nVmRSS:"),
+        _kb_field(data, b"\nVmSwap:"),
+    )
+
+
+def parse_status_uid(data: bytes) -> int:
+    """Real UID from the ``Uid:`` line (real, effective, saved, filesystem)."""
+    i = data.find(b"\nUid:")
+    if i < 0:
+        raise ValueError("status has no Uid line")
+    return int(data[i + 5 : data.find(b"\n", i + 1)].split()[0])
+
+
+def parse_status_groups(data: bytes) -> set[int]:
+    """Supplementary groups plus the real GID, from ``Groups:`` and ``Gid:``."""
+    groups: set[int] = set()
+    for key in (b"\nGid:", b"\nGroups:"):
+        i = data.find(key)
+        if i >= 0:
+            fields = data[i + len(key) : data.find(b"\n", i + 1)].split()
+            groups.update(int(x) for x in (fields[:1] if key == b"\nGid:" else fields))
+    return groups
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """The fields of ``/proc/PID/stat`` the agent uses."""
+
+    comm: str
+    state: str
+    ppid: int
+    flags: int
+    #: Clock ticks after boot: with the PID, the identity of a process.
+    starttime: int
+
+
+def parse_stat(data: bytes) -> Stat:
+    # comm is in parentheses and may itself contain spaces and parentheses.
+    open_ = data.find(b"(")
+    close = data.rfind(b")")
+    if open_ < 0 or close < open_:
+        raise ValueError(f"malformed stat: {data[:64]!r}")
+    comm = data[open_ + 1 : close].decode("utf-8", "replace")
+    rest = data[close + 2 :].split()
+    # rest[0] is field 3 (state); field N is rest[N - 3].
+    return Stat(comm, rest[0].decode(), int(rest[1]), int(rest[6]), int(rest[19]))
+
+
+def parse_cmdline(data: bytes) -> list[str]:
+    """NUL-separated argv, bounded: long arguments and long command lines are cut with '…'."""
+    if not data:
+        return []
+    args = data.rstrip(b"\0").split(b"\0")
+    out: list[str] = []
+    total = 0
+    for raw in args:
+        arg = raw.decode("utf-8", "replace")
+        if len(arg) > MAX_ARG_CHARS:
+            arg = arg[: MAX_ARG_CHARS - 1] + "…"
+        if total + len(arg) > MAX_CMDLINE_CHARS:
+            out.append("…")
+            break
+        total += len(arg)
+        out.append(arg)
+    return out
+
+
+def parse_meminfo(data: bytes) -> dict[str, int]:
+    """``/proc/meminfo`` as bytes per key."""
+    out: dict[str, int] = {}
+    for line in data.splitlines():
+        key, _, value = line.partition(b":")
+        fields = value.split()
+        if fields:
+            n = int(fields[0])
+            out[key.decode()] = n * 1024 if len(fields) > 1 and fields[1] == b"kB" else n
+    return out
+
+
+def parse_btime(data: bytes) -> int:
+    """Boot time (Unix seconds) from ``/proc/stat``."""
+    for line in data.splitlines():
+        if line.startswith(b"btime "):
+            return int(line.split()[1])
+    raise ValueError("no btime in /proc/stat")
+
+
+def parse_statm_pages(raw: bytes) -> tuple[int, int] | None:
+    """``(resident, shared)`` pages from raw statm for the sampler's hot loop (no object
+    built); None for a zombie, whose mm is gone (size 0)."""
+    parts = raw.split(None, 3)
+    if parts[0] == b"0":
+        return None
+    return int(parts[1]), int(parts[2])
+
+
+def is_kernel_thread(stat: Stat) -> bool:
+    return bool(stat.flags & _PF_KTHREAD)
+
+
+def parse_exit_signal(stat: bytes) -> int | None:
+    """The signal that ended a zombie, from ``/proc/PID/stat``'s exit code (field 52)."""
+    close = stat.rfind(b")")
+    fields = stat[close + 2:].split()
+    if len(fields) < 50:
+        return None
+    code = int(fields[49])
+    return code & 0x7F or None
+
+
+def parse_shared_excess(smaps_rollup: bytes) -> int | None:
+    """``RSS - PSS`` in bytes from ``/proc/PID/smaps_rollup``: the resident memory this
+    process shares beyond its fair share; None when the file says nothing."""
+    rss = pss = None
+    for line in smaps_rollup.splitlines():
+        if line.startswith(b"Rss:"):
+            rss = int(line.split()[1]) * 1024
+        elif line.startswith(b"Pss:"):
+            pss = int(line.split()[1]) * 1024
+    if rss is None or pss is None:
+        return None
+    return max(0, rss - pss)
+
+
+def parse_pressure_some_avg10(data: bytes) -> float | None:
+    """Memory PSI ``some avg10`` (percent of the last 10 s some task stalled on memory)."""
+    for line in data.splitlines():
+        if line.startswith(b"some "):
+            for part in line.split()[1:]:
+                if part.startswith(b"avg10="):
+                    return float(part[6:])
+    return None
+
+
+def parse_memory_cgroup(data: bytes) -> str | None:
+    """The memory cgroup from ``/proc/PID/cgroup``: ``memory:PATH`` (v1 ``memory``
+    controller), else ``:PATH`` (v2 unified), else None."""
+    v2 = None
+    for line in data.decode("utf-8", "replace").splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return f"memory:{path}"
+        if controllers == "":
+            v2 = f":{path}"
+    return v2
+
+
+def parse_oom_kill_count(data: bytes) -> int | None:
+    """The ``oom_kill`` counter of v1 ``memory.oom_control`` or v2 ``memory.events``."""
+    for line in data.splitlines():
+        if line.startswith(b"oom_kill "):
+            return int(line.split()[1])
+    return None
+
+
+def parse_cgroup_limit(text: bytes) -> int | None:
+    """A cgroup memory limit (v1 ``limit_in_bytes`` or v2 ``memory.max``); None: unlimited."""
+    text = text.strip()
+    if text == b"max":
+        return None
+    value = int(text)
+    return None if value >= 1 << 60 else value  # v1's "unlimited" is a huge number

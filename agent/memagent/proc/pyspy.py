@@ -1,0 +1,125 @@
+"""Python stacks from outside: the ``py-spy dump --nonblocking`` subprocess and what it says.
+
+py-spy reads the target interpreter's memory with ``process_vm_readv``; with
+``--nonblocking`` it never stops the target (no ptrace attach). Never ``--native`` (it
+cannot be combined with ``--nonblocking``) and never ``--locals`` (locals can hold
+secrets). Each dump is a subprocess with a timeout; a hanging py-spy is killed.
+
+:func:`dump` returns a :class:`DumpResult`: the dump, or the stack state that says why
+there is none (:class:`memproto.vocabulary.StackState`) and what the user can do.
+*When* to dump, and what a dump means for attribution, is decided above, in
+:mod:`memagent.core.stack_collector`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from memproto.records import StackDump, StackFrame, ThreadStack
+from memproto.vocabulary import StackState
+
+log = logging.getLogger(__name__)
+
+#: What the user can do about each state.
+ADVICE = {
+    StackState.NOT_PYTHON: "not a Python process (or its interpreter is not recognised)",
+    StackState.DENIED: "permission denied: run the daemon as root or with CAP_SYS_PTRACE",
+    StackState.MISSING: "py-spy not found: install it (pip install py-spy) or pass --py-spy PATH",
+    StackState.UNSUPPORTED: "this Python version is not supported by the installed py-spy",
+    StackState.EXITED: "the process exited",
+    StackState.TIMEOUT: "py-spy did not answer in time and was killed",
+}
+
+
+def find_py_spy(explicit: str | None = None) -> str | None:
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return beside if os.access(beside, os.X_OK) else None
+
+
+def classify_failure(stderr: str, pid_alive: bool) -> tuple[str, str]:
+    """A failed dump's state and a one-line message, from py-spy's stderr."""
+    text = stderr.strip()
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "py-spy failed")
+    lower = text.lower()
+    # Permission first: py-spy's message for a process it may not read also says "check
+    # that the process is running" (root without CAP_SYS_PTRACE, in a container).
+    if pid_alive and ("permission denied" in lower or "operation not permitted" in lower):
+        return StackState.DENIED, ADVICE[StackState.DENIED]
+    if not pid_alive or "no such process" in lower or "check that the process is running" in lower:
+        return StackState.EXITED, ADVICE[StackState.EXITED]
+    if "failed to find python version" in lower or "doesn't look like a python" in lower:
+        return StackState.NOT_PYTHON, ADVICE[StackState.NOT_PYTHON]
+    if "unsupported" in lower and "version" in lower:
+        return StackState.UNSUPPORTED, f"{ADVICE[StackState.UNSUPPORTED]} ({first.removeprefix('Error: ')})"
+    return StackState.ERROR, first.removeprefix("Error: ")[:300]
+
+
+def parse_dump(data: bytes, now: float, trigger: str, rss: int, vram: int | None) -> StackDump:
+    """py-spy's JSON (a list of threads) as a :class:`StackDump` with no thread attributed
+    yet; raises ValueError."""
+    raw = json.loads(data)
+    if not isinstance(raw, list):
+        raise ValueError("py-spy JSON is not a list of threads")
+    threads = []
+    for t in raw:
+        frames = [
+            StackFrame(str(f.get("name", "?")), str(f.get("filename", "?")), int(f.get("line") or 0))
+            for f in t.get("frames", [])
+        ]
+        name = t.get("thread_name")
+        threads.append(ThreadStack(int(t.get("thread_id", 0)), None if name is None else str(name),
+                                   bool(t.get("active")), bool(t.get("owns_gil")), frames))
+    return StackDump(now, trigger, rss, vram, threads)
+
+
+@dataclass(frozen=True, slots=True)
+class DumpResult:
+    """A dump, or the state (and message) that says why there is none."""
+
+    dump: StackDump | None
+    state: str
+    message: str | None = None
+
+
+async def dump(py_spy: str, pid: int, timeout: float, now: Callable[[], float], trigger: str, rss: int,
+               vram: int | None, pid_alive: Callable[[], bool]) -> DumpResult:
+    """Run ``py-spy dump --nonblocking --json`` on ``pid``. ``rss``/``vram`` are the
+    process's memory when the dump was asked for; ``pid_alive`` tells, after a failure,
+    whether the process is still there (it decides between exited and denied)."""
+    env = {**os.environ, "RUST_BACKTRACE": "0"}
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            py_spy, "dump", "--pid", str(pid), "--nonblocking", "--json",
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env,
+        )
+    except OSError as exc:
+        return DumpResult(None, StackState.ERROR, f"cannot run py-spy: {exc.strerror}")
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        log.warning("py-spy on %d hung for %g s: killed", pid, timeout)
+        return DumpResult(None, StackState.TIMEOUT, ADVICE[StackState.TIMEOUT])
+    if proc.returncode != 0:
+        state, message = classify_failure(err.decode("utf-8", "replace"), pid_alive())
+        return DumpResult(None, state, message)
+    try:
+        return DumpResult(parse_dump(out, now(), trigger, rss, vram), StackState.OK)
+    except (ValueError, TypeError, KeyError) as exc:
+        return DumpResult(None, StackState.ERROR, f"unreadable py-spy output: {exc}")

@@ -1,0 +1,84 @@
+"""The daemon's status as one client may see it: its own health, the host, the GPUs,
+the headroom and the alerts, with other users' processes left out for a client that
+does not see everything (see :mod:`memagent.serve.access`).
+
+Built on request (``memagent status``, memtop every 2 s), never per tick: it reads
+/proc/meminfo once and walks the registry once for the client's own PIDs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from memproto.records import Alert, DaemonStatus, GpuInfo, HostMemory
+
+from .. import SOFTWARE
+from ..alerting.engine import AlertEngine
+from ..config import AgentConfig
+from ..core.gpu import GpuSampler
+from ..core.registry import Registry
+from ..core.sampler import Ticker
+from ..core.stack_collector import StackCollector
+from ..proc.procfs import ProcFS
+from .access import Access, alert_for, headroom_for, own_pids
+from .server import Server
+
+
+@dataclass
+class StatusReport:
+    """The parts the status is read from; :meth:`build` reads them for one client."""
+
+    config: AgentConfig
+    started_at: float
+    procfs: ProcFS
+    registry: Registry
+    ticker: Ticker
+    server: Server
+    gpu: GpuSampler
+    stacks: StackCollector
+    alerts: AlertEngine
+
+    def build(self, access: Access) -> DaemonStatus:
+        visible = self.registry.visible(access.may_watch)
+        own = own_pids(access, self.registry)
+        mem = self.procfs.meminfo()
+        host = HostMemory(
+            total_bytes=mem.get("MemTotal", 0),
+            available_bytes=mem.get("MemAvailable", mem.get("MemFree", 0)),
+            swap_total_bytes=mem.get("SwapTotal", 0),
+            swap_free_bytes=mem.get("SwapFree", 0),
+        )
+        stacks = self.config.stacks
+        return DaemonStatus(
+            software=SOFTWARE,
+            pid=os.getpid(),
+            uid=os.getuid(),
+            started_at=self.started_at,
+            interval=self.config.interval,
+            socket=self.config.socket,
+            watched=len(visible),
+            alive=sum(1 for w in visible if w.alive),
+            clients=len(self.server.sessions),
+            tick=self.ticker.stats(),
+            host=host,
+            dropped_samples=self.server.dropped_samples,
+            gpu_available=self.gpu.available,
+            gpus=[GpuInfo(d.index, d.name, d.uuid, d.total, d.used, d.lost) for d in self.gpu.devices],
+            gpu_note=self.gpu.nvml.note,
+            host_pid_namespace=self.gpu.host_pid_namespace,
+            stack_dumps=self.stacks.dumps_started,
+            stack_budget=stacks.budget if self.stacks.usable else 0.0,
+            stack_note=None if self.stacks.usable else ("disabled (--no-stacks)" if not stacks.enabled
+                                                         else "py-spy not found"),
+            headroom=[headroom_for(h, own) for h in self.alerts.headroom],
+            alerts_active=_visible(self.alerts.book.active.values(), own),
+            alerts_recent=_visible(self.alerts.book.recent, own),
+            pressure=self.alerts.pressure,
+        )
+
+
+def _visible(alerts: Iterable[Alert], own: set[int] | None) -> list[Alert]:
+    seen = (alert_for(a, own) for a in alerts)
+    return [a for a in seen if a is not None]
