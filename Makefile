@@ -27,6 +27,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check protocol agent tui tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -12,7 +12,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from memproto import ProtocolError
 from memproto.client_side import ConnectionLost, DaemonNotRunning, RequestFailed
@@ -27,6 +28,8 @@ from ..config import DEFAULT_PATH as DEFAULT_CONFIG
 from ..errors import ConfigError
 from .client import Client
 from .render import format_stack, format_table, human_bytes, process_json, status_lines
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -133,15 +136,22 @@ def _connect(args: argparse.Namespace) -> Client:
     return Client(socket_path(args.socket))
 
 
+def _results(args: argparse.Namespace, items: Sequence[T], as_json: Callable[[T], object],
+             as_text: Callable[[T], str], failed: list[Failure]) -> int:
+    """Print what a per-PID request did (``--json``: one array), then its failures."""
+    if args.json:
+        _print_json([as_json(item) for item in items])
+    else:
+        for item in items:
+            print(as_text(item))
+    return _report_failures(failed)
+
+
 def cmd_attach(args: argparse.Namespace) -> int:
     with _connect(args) as c:
         reply = c.attach(args.pids, args.label, args.children)
-    if args.json:
-        _print_json([process_json(p) for p in reply.attached])
-    else:
-        for p in reply.attached:
-            print(f"attached {p.pid} ({p.label or p.name})")
-    return _report_failures(reply.failed)
+    return _results(args, reply.attached, process_json, lambda p: f"attached {p.pid} ({p.label or p.name})",
+                    reply.failed)
 
 
 def cmd_detach(args: argparse.Namespace) -> int:
@@ -150,23 +160,15 @@ def cmd_detach(args: argparse.Namespace) -> int:
         return EXIT_NO_DAEMON
     with _connect(args) as c:
         reply = c.detach(args.pids, args.exited)
-    if args.json:
-        _print_json([{"pid": r.pid, "start_time": r.start_time} for r in reply.detached])
-    else:
-        for r in reply.detached:
-            print(f"detached {r.pid}")
-    return _report_failures(reply.failed)
+    return _results(args, reply.detached, lambda r: {"pid": r.pid, "start_time": r.start_time},
+                    lambda r: f"detached {r.pid}", reply.failed)
 
 
 def cmd_reset_peaks(args: argparse.Namespace) -> int:
     with _connect(args) as c:
         reply = c.reset_peaks(args.pids)
-    if args.json:
-        _print_json([process_json(p) for p in reply.reset])
-    else:
-        for p in reply.reset:
-            print(f"peak of {p.pid} reset to {human_bytes(p.rss_peak_bytes)}")
-    return _report_failures(reply.failed)
+    return _results(args, reply.reset, process_json,
+                    lambda p: f"peak of {p.pid} reset to {human_bytes(p.rss_peak_bytes)}", reply.failed)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

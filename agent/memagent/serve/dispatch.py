@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from memproto import encode_history_ok
 from memproto.frames import (
@@ -31,25 +32,40 @@ from memproto.frames import (
     Subscribe,
     Unsubscribe,
 )
-from memproto.records import DaemonStatus, Failure, ProcessInfo, ProcessRef, Series
+from memproto.records import DaemonStatus, Failure, ProcessInfo, Series
 from memproto.vocabulary import ErrorCode, StackState
 
 from ..core.registry import Registry
 from ..core.stack_collector import StackCollector
 from ..core.watched import Watched
-from ..errors import MemagentError
+from ..errors import MemagentError, ProcessError
 from .access import Access
 from .session import ClientSession
 
 log = logging.getLogger(__name__)
 
 
-def _failure(pid: int, exc: MemagentError) -> Failure:
-    return Failure(pid, exc.code, str(exc))
+T = TypeVar("T")
 
 
-def _invalid(pid: int) -> Failure:
-    return Failure(pid, ErrorCode.INVALID, f"invalid pid: {pid}")
+class InvalidPid(ProcessError):
+    code = ErrorCode.INVALID
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(pid, f"invalid pid: {pid}")
+
+
+def _each_pid(pids: list[int], act: Callable[[int], list[T]]) -> tuple[list[T], list[Failure]]:
+    """``act`` on each PID of a request: what it gave, and a Failure for each PID it
+    refused (no such process, permission denied, invalid, or the agent out of descriptors)."""
+    done: list[T] = []
+    failed: list[Failure] = []
+    for pid in pids:
+        try:
+            done.extend(act(pid))
+        except MemagentError as exc:
+            failed.append(Failure(pid, exc.code, str(exc)))
+    return done, failed
 
 
 class Dispatcher:
@@ -82,42 +98,27 @@ class Dispatcher:
         return handler(session, request)
 
     def attach(self, session: ClientSession, req: Attach) -> AttachOk:
-        attached: list[ProcessInfo] = []
-        failed: list[Failure] = []
-        for pid in req.pids:
+        may_watch = session.access.may_watch
+
+        def one(pid: int) -> list[ProcessInfo]:
             if pid <= 0:
-                failed.append(_invalid(pid))
-                continue
-            try:
-                watched = self.registry.attach(
-                    pid, label=req.label, children=req.children, may_watch=session.access.may_watch
-                )
-            except MemagentError as exc:  # CannotRead on EMFILE: the agent is out of descriptors
-                failed.append(_failure(pid, exc))
-                continue
-            attached.extend(w.info() for w in watched)
+                raise InvalidPid(pid)
+            watched = self.registry.attach(pid, label=req.label, children=req.children, may_watch=may_watch)
+            return [w.info() for w in watched]
+
+        attached, failed = _each_pid(req.pids, one)
         return AttachOk(req.id, attached, failed)
 
     def detach(self, session: ClientSession, req: Detach) -> DetachOk:
-        detached: list[ProcessRef] = []
-        failed: list[Failure] = []
-        for pid in req.pids:
-            try:
-                detached.extend(w.ref() for w in self.registry.detach(pid, session.access.may_watch))
-            except MemagentError as exc:
-                failed.append(_failure(pid, exc))
+        may_watch = session.access.may_watch
+        detached, failed = _each_pid(req.pids, lambda pid: [w.ref() for w in self.registry.detach(pid, may_watch)])
         if req.exited:
-            detached.extend(w.ref() for w in self.registry.detach_exited(session.access.may_watch))
+            detached.extend(w.ref() for w in self.registry.detach_exited(may_watch))
         return DetachOk(req.id, detached, failed)
 
     def reset_peaks(self, session: ClientSession, req: ResetPeaks) -> ResetPeaksOk:
-        reset: list[ProcessInfo] = []
-        failed: list[Failure] = []
-        for pid in req.pids:
-            try:
-                reset.append(self.registry.reset_peaks(pid, session.access.may_watch).info())
-            except MemagentError as exc:
-                failed.append(_failure(pid, exc))
+        may_watch = session.access.may_watch
+        reset, failed = _each_pid(req.pids, lambda pid: [self.registry.reset_peaks(pid, may_watch).info()])
         return ResetPeaksOk(req.id, reset, failed)
 
     def _visible(self, session: ClientSession) -> list[Watched]:

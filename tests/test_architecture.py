@@ -1,0 +1,76 @@
+"""The house rules that import-linter cannot see (``docs/architecture.md``):
+
+- only :mod:`memagent.proc` touches the kernel's and drivers' files: no other module of
+  the agent opens, lists or reads links under /proc, /sys or /dev;
+- no source module grows past 400 lines (split it along its seams instead).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENT = ROOT / "agent" / "memagent"
+SOURCES = sorted(p for top in ("agent", "tui", "protocol") for p in (ROOT / top).rglob("*.py"))
+#: Calls that reach files or directories by path.
+FILE_CALLS = {"open", "os.open", "os.listdir", "os.readlink", "os.scandir", "os.stat", "os.lstat", "io.open"}
+KERNEL_PREFIXES = ("/proc", "/sys", "/dev/kmsg")
+#: Deliberate exceptions, each with its reason.
+ALLOWED = {
+    ("config.py", "open"): "the TOML configuration file, not a kernel file",
+    ("cli/main.py", "os.open"): "/dev/null over a closed stdout (| head)",
+    ("serve/server.py", "os.stat"): "the daemon's own socket file",
+    ("serve/server.py", "os.lstat"): "the daemon's own socket file",
+}
+
+
+def _name(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_name(node.value)}.{node.attr}"
+    return ""
+
+
+def _outside_proc() -> list[Path]:
+    return [p for p in AGENT.rglob("*.py") if "proc" not in p.relative_to(AGENT).parts[:1]]
+
+
+def test_only_the_proc_layer_opens_files() -> None:
+    found = []
+    for path in _outside_proc():
+        rel = path.relative_to(AGENT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = _name(node.func)
+                if name in FILE_CALLS and (rel, name) not in ALLOWED:
+                    found.append(f"{rel}:{node.lineno} {name}()")
+    assert not found, "file access outside memagent/proc: " + ", ".join(found)
+
+
+def test_no_kernel_path_outside_the_proc_layer() -> None:
+    found = []
+    for path in _outside_proc():
+        rel = path.relative_to(AGENT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and node.value.startswith(KERNEL_PREFIXES):
+                found.append(f"{rel}:{node.lineno} {node.value!r}")
+    assert not found, "kernel paths outside memagent/proc: " + ", ".join(found)
+
+
+def test_the_rules_see_a_violation(tmp_path: Path) -> None:
+    """The AST scan above does find an open() of a /proc path (the rule can fail)."""
+    tree = ast.parse('with open("/proc/meminfo") as f: pass')
+    calls = [_name(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    paths = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+    assert "open" in calls and any(str(p).startswith(KERNEL_PREFIXES) for p in paths)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_module_over_400_lines(path: Path) -> None:
+    lines = path.read_text().count("\n")
+    assert lines <= 400, f"{path.relative_to(ROOT)} has {lines} lines"
