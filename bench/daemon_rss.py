@@ -54,7 +54,7 @@ def _stage(name: str, **extra: object) -> None:
 def child_main(args: argparse.Namespace) -> None:
     from memagent.agent import Agent, raise_fd_limit
     from memagent.config import AgentConfig
-    from memproto.series import PeakSeries as PeakHistory
+    from memproto.series import PeakSeries
 
     raise_fd_limit()
     with open(args.pids_file) as f:
@@ -73,7 +73,7 @@ def child_main(args: argparse.Namespace) -> None:
         for w in reg.alive:
             # A fresh ring (attach already wrote "now" into the old one, and history never
             # goes back in time), filled slot by slot with the past history_slots seconds.
-            w.history = PeakHistory(reg.history_step, reg.history_slots)
+            w.history = PeakSeries(reg.history_step, reg.history_slots)
             for i in range(reg.history_slots):
                 w.history.add(start + i * reg.history_step, w.rss)
         full = all(len(w.history) == reg.history_slots for w in reg.alive)

@@ -357,7 +357,7 @@ def report(results: list[PathResult]) -> list[str]:
             _row("  pread of the open statm fd", r.pread_statm),
             _row("  pread of the open status fd + parse", r.status_parse,
                  f"  (/{r.status_every} = {r.status_parse.wall / r.status_every:.2f})"),
-            _row("  PeakHistory.add", r.history_add),
+            _row("  PeakSeries.add", r.history_add),
             f"  {'  rest of the loop (collect minus those 3)':<44} {rest:8.2f}",
             "  baselines (same processes):",
             _row("  psutil.Process.memory_info()", r.psutil_mem),

@@ -42,8 +42,8 @@ def encode_sample(
 ) -> bytes:
     """Fast path for the per-tick frame: rows go to msgpack's C packer untouched.
 
-    ``rows`` (lists or tuples) follow ``fields``: :data:`~memproto.frames.SAMPLE_COLUMNS` (what this agent
-    sends), or v1.0's :data:`~memproto.frames.SAMPLE_FIELDS`.
+    ``rows`` (lists or tuples) follow ``fields``: :data:`~memproto.records.SAMPLE_COLUMNS` (what this agent
+    sends), or v1.0's :data:`~memproto.records.SAMPLE_FIELDS`.
     """
     body = {
         "t": "sample",

@@ -1,31 +1,29 @@
 """memtop: the peak offenders among the watched processes, live.
 
-The connection worker (:meth:`MemtopApp.run_link`) owns the socket and only posts
-messages; the app feeds every frame into :class:`~memtop.model.FleetModel` and sets the
-immutable :class:`~memtop.model.Snapshot` reactive that the widgets render. With no
-daemon on the socket, memtop starts an embedded agent through
+The connection worker (:meth:`MemtopApp.run_link`, :class:`~memtop.link.Connector`) owns
+the socket and only posts messages; the app applies every frame to
+:class:`~memtop.model.FleetModel` through a map from frame type to handler, then sets the
+immutable :class:`~memtop.model.Snapshot` reactive. The widgets are bound to the app's
+reactives (``data_bind``) and compute their view from them: the app pushes data into
+none of them. With no daemon on the socket, memtop starts an embedded agent through
 :func:`memagent.embedded.start_embedded`, its one door into the agent package.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import contextlib
 import gc
-import logging
-import sys
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.widget import Widget
 from textual.widgets import Footer, Input
 
-from memproto import ProtocolError
+from memproto.client_side import ConnectionLost
 from memproto.frames import (
     AlertRaised,
     Attach,
@@ -38,25 +36,24 @@ from memproto.frames import (
     Error,
     Exited,
     Frame,
-    History,
     HistoryOk,
     ListOk,
-    ListProcesses,
     ResetPeaks,
     ResetPeaksOk,
     Sample,
     Stack,
     StackOk,
     StackStateChanged,
-    Status,
     StatusOk,
-    Subscribe,
 )
 from memproto.paths import socket_path
+from memproto.records import Failure, ProcessInfo
+from memproto.vocabulary import StackState
 
-from .link import DaemonLink, LinkClosed, NoDaemon
+from . import columns
+from .link import Connector
 from .messages import FrameArrived, LinkDown, LinkUp
-from .model import SORTS, FleetModel, Key, Snapshot, sort_rows
+from .model import Detail, FleetModel, Key, Snapshot
 from .screens import AttachScreen, HelpScreen, python_candidates
 from .widgets.alerts import AlertBanner, AlertLogScreen
 from .widgets.detail import DetailPane, RssPanel
@@ -64,14 +61,20 @@ from .widgets.header import LinkState, MemHeader
 from .widgets.stack import StackPanel
 from .widgets.table import ProcessTable
 
+if TYPE_CHECKING:
+    from memagent.embedded import EmbeddedAgent
+
 W = TypeVar("W", bound=Widget)
-SORT_CYCLE = ("peak", "rss", "growth", "share", "pid", "name")
+F = TypeVar("F", bound=Frame)
+FrameHandler = Callable[[Frame], None]
 #: Seconds between two stack requests for the selected process.
 STACK_EVERY = 3.0
-#: Stack states in which asking again is pointless.
-NO_STACK_STATES = {"not_python", "py_spy_missing", "disabled", "exited"}
-STATUS_EVERY = 2.0
-BACKOFF_MAX = 5.0
+
+
+def _handles(kind: type[F], handler: Callable[[F], None]) -> tuple[type[Frame], FrameHandler]:
+    """One entry of the frame dispatch map; the type checker sees that ``handler`` takes
+    ``kind`` (the map itself can only say "some frame")."""
+    return kind, cast(FrameHandler, handler)
 
 
 class MemtopApp(App[None]):
@@ -89,11 +92,18 @@ class MemtopApp(App[None]):
         Binding("l", "alert_log", "Alerts"),
         Binding("question_mark", "help", "Help"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
+        # Direct sort keys, from the column table; not in the footer, which has no room.
+        *(Binding(key, f"sort_by('{c.key}')", f"Sort by {c.title}", show=False)
+          for key, c in columns.HOTKEYS.items()),
     ]
 
-    snapshot: reactive[Snapshot] = reactive(Snapshot, init=False)
+    # ``var``: the widgets bound to these repaint themselves. A repaint of the app would
+    # have the compositor render the whole screen on every update, not the changed parts.
+    snapshot: var[Snapshot] = var(Snapshot, init=False)
+    #: What the detail pane shows: follows the snapshot and the selection.
+    detail: var[Detail] = var(Detail, init=False)
     link_state: reactive[LinkState] = reactive(LinkState, init=False)
-    sort_column: reactive[str] = reactive("peak", init=False)
+    sort_column: reactive[str] = reactive(columns.DEFAULT_SORT, init=False)
     sort_reverse: reactive[bool] = reactive(False, init=False)
     filter_text: reactive[str] = reactive("", init=False)
     paused: reactive[bool] = reactive(False, init=False)
@@ -110,26 +120,33 @@ class MemtopApp(App[None]):
         embedded_interval: float = 0.5,
     ) -> None:
         super().__init__()
-        self.socket_path = socket_path(socket)
         self.connect = connect
-        self.allow_embedded = allow_embedded
-        self.demo = demo
-        self.embedded_interval = embedded_interval
         self.model = FleetModel()
-        self._link: DaemonLink | None = None
-        self._embedded: Any = None
+        self._connector = Connector(socket_path(socket), self.post_message, allow_embedded=allow_embedded,
+                                    demo=demo, embedded_interval=embedded_interval)
         self._stack_inflight: int | None = None
+        self._handlers = self._frame_handlers()
+
+    @property
+    def embedded_agent(self) -> EmbeddedAgent | None:
+        """The agent memtop started in-process because no daemon answered (None: none)."""
+        return self._connector.embedded
 
     def _main(self, kind: type[W]) -> W:
-        """A widget of the main screen, even while a modal screen (help, attach) is on top:
-        frames keep arriving and must land on the main screen's widgets."""
+        """A widget of the main screen, even while a modal screen (help, attach) is on top."""
         return self.screen_stack[0].query_one(kind)
 
     def compose(self) -> ComposeResult:
-        yield MemHeader()
-        yield AlertBanner()
-        yield ProcessTable(id="table")
-        yield DetailPane()
+        # Bound here, in the app's compose: data_bind binds to the node composing the widget.
+        yield MemHeader().data_bind(MemtopApp.snapshot, link=MemtopApp.link_state)
+        yield AlertBanner().data_bind(MemtopApp.snapshot)
+        yield ProcessTable(id="table").data_bind(
+            MemtopApp.snapshot, MemtopApp.sort_column, MemtopApp.sort_reverse, MemtopApp.filter_text,
+            fallback_key=MemtopApp.selected_key,
+        )
+        with DetailPane().data_bind(shown=MemtopApp.show_detail):
+            yield RssPanel().data_bind(MemtopApp.detail)
+            yield StackPanel().data_bind(MemtopApp.detail)
         yield Input(placeholder="filter: PID, name, label or command line", id="filter")
         yield Footer()
 
@@ -143,69 +160,13 @@ class MemtopApp(App[None]):
             self.set_interval(STACK_EVERY, self._poll_stack)
 
     def on_unmount(self) -> None:
-        if self._embedded is not None:
-            self._embedded.stop()
-            self._embedded = None
-
-    # ------------------------------------------------------------------ connection worker
+        self._connector.stop()
 
     @work(exclusive=True, group="link", exit_on_error=False)
     async def run_link(self) -> None:
-        backoff = 0.5
-        path = self.socket_path
-        embedded = False
-        if self.demo:
-            path, embedded = await self._start_embedded(), True
-        while True:
-            link = DaemonLink(path)
-            try:
-                await link.open()
-            except NoDaemon as exc:
-                if self.allow_embedded and not embedded and self._embedded is None:
-                    path, embedded = await self._start_embedded(), True
-                    continue
-                self.post_message(LinkDown(str(exc), backoff))
-            except (OSError, LinkClosed, ProtocolError, asyncio.TimeoutError) as exc:
-                self.post_message(LinkDown(str(exc) or type(exc).__name__, backoff))
-            else:
-                backoff = 0.5
-                self._link = link
-                self.post_message(LinkUp(path, embedded))
-                await self._serve(link)
-                self._link = None
-                link.close()
-                continue
-            link.close()
-            await asyncio.sleep(backoff)
-            backoff = min(BACKOFF_MAX, backoff * 2)
+        await self._connector.run()
 
-    async def _start_embedded(self) -> str:
-        from memagent.embedded import start_embedded
-
-        self._embedded = await asyncio.to_thread(start_embedded, interval=self.embedded_interval, demo=self.demo)
-        return str(self._embedded.socket)
-
-    async def _serve(self, link: DaemonLink) -> None:
-        """Ask for the current state, subscribe, then relay frames until the link drops."""
-        for frame in (ListProcesses(link.next_id()), History(link.next_id()), Status(link.next_id()),
-                      Subscribe(link.next_id())):
-            link.send(frame)
-        poller = asyncio.ensure_future(self._poll_status(link))
-        try:
-            while True:
-                self.post_message(FrameArrived(await link.recv()))
-        except (OSError, LinkClosed, ProtocolError) as exc:
-            self.post_message(LinkDown(str(exc) or type(exc).__name__, 0.5))
-        finally:
-            poller.cancel()
-
-    async def _poll_status(self, link: DaemonLink) -> None:
-        with contextlib.suppress(LinkClosed, OSError):
-            while True:
-                await asyncio.sleep(STATUS_EVERY)
-                link.send(Status(link.next_id()))
-
-    # ------------------------------------------------------------------ messages in
+    # ------------------------------------------------------------------ frames in
 
     def on_link_up(self, message: LinkUp) -> None:
         self.link_state = LinkState(True, message.path, message.embedded, "", self.paused)
@@ -222,114 +183,85 @@ class MemtopApp(App[None]):
         """Apply one frame from the daemon (also used to replay recorded frames in tests)."""
         if not self.screen_stack:
             return  # shutting down: frames still in flight have nowhere to go
-        model = self.model
-        if isinstance(frame, Sample):
-            model.apply_sample(frame)
-        elif isinstance(frame, ListOk):
-            model.set_processes(frame.processes)
-        elif isinstance(frame, HistoryOk):
-            model.apply_history(frame.step, frame.series)
-        elif isinstance(frame, StatusOk):
-            model.apply_status(frame.status)
-        elif isinstance(frame, Attached):
-            model.upsert(frame.process)
-        elif isinstance(frame, Exited):
-            model.mark_exited(frame.pid, frame.start_time, frame.rss_peak_bytes)
-        elif isinstance(frame, Detached):
-            model.remove(frame.pid, frame.start_time)
-        elif isinstance(frame, Dropped):
-            model.dropped = frame.count
-        elif isinstance(frame, StackOk):
-            self._stack_inflight = None
-            model.apply_stack(frame)
-        elif isinstance(frame, AlertRaised):
-            model.apply_alert(frame.alert)
-        elif isinstance(frame, StackStateChanged):
-            model.apply_stack_state(frame.pid, frame.start_time, frame.state)
-        elif isinstance(frame, AttachOk | ResetPeaksOk):
-            for p in frame.attached if isinstance(frame, AttachOk) else frame.reset:
-                model.upsert(p)
-            self._report(frame.failed)
-        elif isinstance(frame, DetachOk):
-            for ref in frame.detached:
-                model.remove(ref.pid, ref.start_time)
-            self._report(frame.failed)
-        elif isinstance(frame, Error):
-            if frame.id is not None and frame.id == self._stack_inflight:
-                self._stack_inflight = None  # the selected process went away: nothing to say
-                return
-            self.notify(frame.message, title=frame.code, severity="error")
-        else:
-            return
-        if not self.paused:
-            self.snapshot = model.snapshot()
+        if self.apply_frame(frame) and not self.paused:
+            self.snapshot = self.model.snapshot()
 
-    def _report(self, failed: list[Any]) -> None:
+    def apply_frame(self, frame: Frame) -> bool:
+        """Apply ``frame`` to the model (and answer what it answers); False for a frame type
+        memtop has no use for, which changes nothing."""
+        handler = self._handlers.get(type(frame))
+        if handler is None:
+            return False
+        handler(frame)
+        return True
+
+    def _frame_handlers(self) -> dict[type[Frame], FrameHandler]:
+        """What each frame type from the daemon does, built once (the agent dispatches
+        requests the same way)."""
+        model = self.model
+        return dict([
+            _handles(Sample, model.apply_sample),
+            _handles(ListOk, lambda f: model.set_processes(f.processes)),
+            _handles(HistoryOk, lambda f: model.apply_history(f.step, f.series)),
+            _handles(StatusOk, lambda f: model.apply_status(f.status)),
+            _handles(Attached, lambda f: model.upsert(f.process)),
+            _handles(Exited, lambda f: model.mark_exited(f.pid, f.start_time, f.rss_peak_bytes)),
+            _handles(Detached, lambda f: model.remove(f.pid, f.start_time)),
+            _handles(Dropped, lambda f: model.apply_dropped(f.count)),
+            _handles(StackOk, self._stack_ok),
+            _handles(AlertRaised, lambda f: model.apply_alert(f.alert)),
+            _handles(StackStateChanged, lambda f: model.apply_stack_state(f.pid, f.start_time, f.state)),
+            _handles(AttachOk, lambda f: self._processes_ok(f.attached, f.failed)),
+            _handles(ResetPeaksOk, lambda f: self._processes_ok(f.reset, f.failed)),
+            _handles(DetachOk, self._detach_ok),
+            _handles(Error, self._error),
+        ])
+
+    def _stack_ok(self, frame: StackOk) -> None:
+        self._stack_inflight = None
+        self.model.apply_stack(frame)
+
+    def _processes_ok(self, processes: list[ProcessInfo], failed: list[Failure]) -> None:
+        for p in processes:
+            self.model.upsert(p)
+        self._report(failed)
+
+    def _detach_ok(self, frame: DetachOk) -> None:
+        for ref in frame.detached:
+            self.model.remove(ref.pid, ref.start_time)
+        self._report(frame.failed)
+
+    def _error(self, frame: Error) -> None:
+        if frame.id is not None and frame.id == self._stack_inflight:
+            self._stack_inflight = None  # the selected process went away: nothing to say
+            return
+        self.notify(frame.message, title=frame.code, severity="error")
+
+    def _report(self, failed: list[Failure]) -> None:
         for f in failed:
             self.notify(f.message, severity="error")
 
-    # ------------------------------------------------------------------ rendering
+    # ------------------------------------------------------------------ state
 
     def watch_snapshot(self) -> None:
-        self._render_table()
-        self._main(MemHeader).snapshot = self.snapshot
-        self._main(AlertBanner).alerts = self.snapshot.alerts
-        self._render_detail()
-
-    def _render_table(self) -> None:
-        snap = self.snapshot
-        rows = [r for r in snap.rows if r.matches(self.filter_text)] if self.filter_text else list(snap.rows)
-        rows = sort_rows(rows, self.sort_column, self.sort_reverse)
-        available = {key for key in ("vram", "vram_peak") if any(getattr(r, key) is not None for r in snap.rows)}
-        if any(r.stack_state for r in snap.rows):
-            available.add("stack")
-        table = self._main(ProcessTable)
-        table.sort_column, table.sort_reverse = self.sort_column, self.sort_reverse
-        table.set_rows(rows, available, self.selected_key)
-
-    def _render_detail(self) -> None:
-        pane = self._main(RssPanel)
-        row = self.snapshot.row(self.selected_key)
-        pane.row = row
-        pane.points = self.model.history(self.selected_key)
-        pane.now = self.snapshot.time
-        stack = self._main(StackPanel)
-        stack.reply = self.model.stack_for(self.selected_key)
-        stack.state = row.stack_state if row else None
-
-    def watch_link_state(self) -> None:
-        if not self.screen_stack:
-            return
-        self._main(MemHeader).link = self.link_state
-
-    def watch_sort_column(self) -> None:
-        self._render_table()
-
-    def watch_sort_reverse(self) -> None:
-        self._render_table()
-
-    def watch_filter_text(self) -> None:
-        self._render_table()
+        self.detail = self.model.detail(self.snapshot, self.selected_key)
 
     def watch_paused(self, paused: bool) -> None:
         self.link_state = replace(self.link_state, paused=paused)
         if not paused:
             self.snapshot = self.model.snapshot()
 
-    def watch_show_detail(self, show: bool) -> None:
-        self._main(DetailPane).display = show
-
     def watch_selected_key(self) -> None:
         self._stack_inflight = None
-        self._render_detail()
+        self.detail = self.model.detail(self.snapshot, self.selected_key)
         self._poll_stack()
 
     def _poll_stack(self) -> None:
         """Ask for the selected process's stacks (a fresh dump, within the daemon's budget)."""
         row = self.snapshot.row(self.selected_key)
-        if row is None or self._link is None or self._stack_inflight is not None or not self.show_detail:
+        if row is None or self._connector.link is None or self._stack_inflight is not None or not self.show_detail:
             return
-        if row.stack_state in NO_STACK_STATES:
+        if row.stack_state in StackState.FINAL:
             return
         request_id = self._next_id()
         if self._send(Stack(request_id, row.pid, fresh=row.alive)):
@@ -341,37 +273,42 @@ class MemtopApp(App[None]):
 
     @on(ProcessTable.SortClicked)
     def sort_clicked(self, message: ProcessTable.SortClicked) -> None:
-        if message.column not in SORTS:
-            return
-        if message.column == self.sort_column:
-            self.sort_reverse = not self.sort_reverse
-        else:
-            self.sort_reverse = False
-            self.sort_column = message.column
+        self.action_sort_by(message.column)
 
     # ------------------------------------------------------------------ actions
 
     def _send(self, frame: Frame) -> bool:
-        if self._link is None:
+        link = self._connector.link
+        if link is None:
             self.notify("not connected to a daemon", severity="warning")
             return False
         try:
-            self._link.send(frame)
-        except LinkClosed:
+            link.send(frame)
+        except ConnectionLost:
             self.notify("not connected to a daemon", severity="warning")
             return False
         return True
 
     def _next_id(self) -> int:
-        return self._link.next_id() if self._link else 0
+        link = self._connector.link
+        return link.next_id() if link else 0
 
     def action_toggle_detail(self) -> None:
         self.show_detail = not self.show_detail
 
     def action_cycle_sort(self) -> None:
-        i = SORT_CYCLE.index(self.sort_column) if self.sort_column in SORT_CYCLE else -1
         self.sort_reverse = False
-        self.sort_column = SORT_CYCLE[(i + 1) % len(SORT_CYCLE)]
+        self.sort_column = columns.next_in_cycle(self.sort_column)
+
+    def action_sort_by(self, column: str) -> None:
+        """Sort by ``column`` in its natural direction; by the same column again: reversed."""
+        if column not in columns.BY_KEY or not columns.BY_KEY[column].sortable:
+            return
+        if column == self.sort_column:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_reverse = False
+            self.sort_column = column
 
     def action_filter(self) -> None:
         box = self.screen_stack[0].query_one("#filter", Input)
@@ -421,30 +358,3 @@ class MemtopApp(App[None]):
         row = self._main(ProcessTable).selected
         if row is not None and row.alive and self._send(ResetPeaks(self._next_id(), [row.pid])):
             self.notify(f"peak of {row.pid} reset")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memtop", description="The peak memory offenders on this box, live.")
-    parser.add_argument("--socket", metavar="PATH", help="daemon socket (same resolution as memagent)")
-    parser.add_argument("--no-embedded", action="store_true",
-                        help="never start an embedded agent; wait for a daemon instead")
-    parser.add_argument("--demo", action="store_true", help="start a demo fleet under an embedded agent")
-    parser.add_argument("--interval", type=float, default=0.5, help="embedded agent's sample interval (0.5)")
-    return parser
-
-
-def entry(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    # An embedded agent logs like the daemon; on a full-screen terminal those lines would
-    # tear the display. What it reports (alerts, states) is on the screen anyway.
-    agent_log = logging.getLogger("memagent")
-    agent_log.addHandler(logging.NullHandler())
-    agent_log.propagate = False
-    app = MemtopApp(args.socket, allow_embedded=not args.no_embedded, demo=args.demo,
-                    embedded_interval=args.interval)
-    app.run()
-    sys.exit(app.return_code or 0)
-
-
-if __name__ == "__main__":
-    entry()

@@ -1,37 +1,11 @@
-"""Human units and small text helpers for the TUI (binary units, fixed widths)."""
+"""Small text helpers for the TUI: growth rates, percentages, fill bars. Sizes are
+:func:`memproto.units.format_size`, the one formatter of every screen."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
-_UNITS = ("B", "K", "M", "G", "T", "P")
 MiB = 1024 * 1024
-
-
-def size(n: int | None) -> str:
-    """Compact size for table cells: ``512K``, ``1.25G``, ``n/a`` for unknown."""
-    if n is None:
-        return "n/a"
-    value = float(n)
-    for unit in _UNITS:
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            if unit == "B":
-                return f"{int(value)}B"
-            if abs(value) < 10:
-                return f"{value:.2f}{unit}"
-            if abs(value) < 100:
-                return f"{value:.1f}{unit}"
-            return f"{value:.0f}{unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-def size_long(n: int | None) -> str:
-    """Size for prose: ``1.25 GiB``."""
-    if n is None:
-        return "n/a"
-    s = size(n)
-    return s if s.endswith("B") or s == "n/a" else f"{s[:-1]} {s[-1]}iB"
 
 
 def growth(bytes_per_s: float | None) -> str:

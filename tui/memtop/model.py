@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import bisect
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memproto.frames import Sample, StackOk
 from memproto.records import Alert, DaemonStatus, GpuInfo, Headroom, ProcessInfo, ProcessSample, Series
 from memproto.series import PeakSeries
+from memproto.vocabulary import AlertKind, AlertState
 
 MiB = 1024 * 1024
 
@@ -105,6 +107,17 @@ class Snapshot:
             if r.key == key:
                 return r
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class Detail:
+    """What the detail pane shows of the selected process: its row, RSS history up to
+    ``now`` and the last stack reply (None: not read yet)."""
+
+    row: ProcRow | None = None
+    points: tuple[tuple[float, int], ...] = ()
+    now: float = 0.0
+    stack: StackOk | None = None
 
 
 class GrowthWindow:
@@ -223,9 +236,6 @@ class FleetModel:
         self.alerts: dict[int, Alert] = {}
         self.recent_alerts: list[Alert] = []
 
-    def clear(self) -> None:
-        self._procs.clear()
-
     # ------------------------------------------------------------------ frames in
 
     def set_processes(self, processes: list[ProcessInfo]) -> None:
@@ -280,6 +290,10 @@ class FleetModel:
                 proc.trail.add(now, rec.rss_bytes)
             proc.take_memory(rec)
 
+    def apply_dropped(self, count: int) -> None:
+        """The daemon's total of samples dropped for this client (it read too slowly)."""
+        self.dropped = count
+
     def apply_stack_state(self, pid: int, start_time: float, state: str) -> None:
         proc = self._procs.get((pid, start_time))
         if proc is not None:
@@ -302,7 +316,8 @@ class FleetModel:
         self.recent_alerts = list(status.alerts_recent)
 
     def apply_alert(self, alert: Alert) -> None:
-        if alert.state == "firing" and alert.kind != "oom-kill":
+        # An OOM kill is an event, not a condition: it goes straight to the recent ones.
+        if alert.state == AlertState.FIRING and alert.kind != AlertKind.OOM_KILL:
             self.alerts[alert.id] = alert
             return
         self.alerts.pop(alert.id, None)
@@ -315,6 +330,11 @@ class FleetModel:
         proc = self._procs.get(key) if key else None
         return proc.trail.points() if proc else []
 
+    def detail(self, snapshot: Snapshot, key: Key | None) -> Detail:
+        """The detail of ``key``: its row as ``snapshot`` shows it (frozen while paused),
+        with the history and stack reply known now."""
+        return Detail(snapshot.row(key), tuple(self.history(key)), snapshot.time, self.stack_for(key))
+
     def snapshot(self) -> Snapshot:
         procs = self._procs.values()
         total = sum(p.peak for p in procs)
@@ -323,34 +343,7 @@ class FleetModel:
                         self.headroom, tuple(self.alerts.values()))
 
 
-# ---------------------------------------------------------------------- sorting
-
-#: Sort keys by column; the first is the default ("peak offenders first").
-SORTS: dict[str, tuple[str, bool]] = {
-    "peak": ("peak", True),
-    "rss": ("rss", True),
-    "growth": ("growth", True),
-    "share": ("share", True),
-    "pid": ("pid", False),
-    "name": ("name", False),
-    "vram": ("vram", True),
-    "vram_peak": ("vram_peak", True),
-}
-
-
-def sort_rows(rows: tuple[ProcRow, ...] | list[ProcRow], column: str, reverse: bool = False) -> list[ProcRow]:
-    """Sorted view; ``None`` values sort last whichever the direction."""
-    if column == "name":
-        def name_key(r: ProcRow) -> tuple[str, int]:
-            return (r.display_name.lower(), r.pid)
-        return sorted(rows, key=name_key, reverse=reverse)
-    present = [r for r in rows if getattr(r, column) is not None]
-    missing = [r for r in rows if getattr(r, column) is None]
-    present.sort(key=lambda r: (getattr(r, column), -r.pid), reverse=SORTS[column][1] != reverse)
-    return present + sorted(missing, key=lambda r: r.pid)
-
-
-def bucket_max(points: list[tuple[float, int]], start: float, end: float, buckets: int) -> list[int | None]:
+def bucket_max(points: Sequence[tuple[float, int]], start: float, end: float, buckets: int) -> list[int | None]:
     """Max value per equal time bucket in [start, end); None where a bucket has no point."""
     out: list[int | None] = [None] * buckets
     if buckets <= 0 or end <= start:

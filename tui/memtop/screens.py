@@ -15,11 +15,14 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from .columns import HOTKEYS
+
 HELP = [
     ("↑ ↓  j k", "move; the mouse works too (click a row, click a title to sort)"),
     ("PgUp PgDn Home End", "move faster"),
     ("Enter", "show / hide the detail pane of the selected process"),
     ("s", "cycle the sort column (click a title twice to reverse)"),
+    (" ".join(HOTKEYS), "sort by " + ", ".join(c.title for c in HOTKEYS.values()) + " (again: reverse)"),
     ("/", "filter by PID, name, label or command line; Esc clears"),
     ("a", "attach: type a PID or pick an unwatched Python process"),
     ("d", "detach the selected process"),

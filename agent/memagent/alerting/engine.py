@@ -41,16 +41,18 @@ SIGKILL = 9
 
 class AlertEngine:
     def __init__(self, registry: Registry, headroom: HeadroomConfig, alerts: AlertConfig,
-                 deliver: Callable[[Alert], None], stack_text: Callable[[Watched], str | None]) -> None:
+                 deliver: Callable[[Alert], None], stack_text: Callable[[Watched], str | None],
+                 kmsg: KernelLog | None = None) -> None:
         """``deliver`` sends an alert on its ways (log, clients, hook); ``stack_text`` gives
-        the stack at a process's peak as text, for an oom-kill alert's details."""
+        the stack at a process's peak as text, for an oom-kill alert's details; ``kmsg`` is
+        the kernel log to read OOM kills from (None: ``/dev/kmsg``)."""
         self.registry = registry
         self.procfs: ProcFS = registry.procfs
         self.headroom_config = headroom
         self.config = alerts
         self.book = AlertBook(alerts.hysteresis, alerts.recent, deliver)
         self.stack_text = stack_text
-        self.kmsg = KernelLog()
+        self.kmsg = kmsg if kmsg is not None else KernelLog()
         self.headroom: list[Headroom] = []
         self.pressure: float | None = None
         self._cgroup_limit: int | None = None
@@ -233,6 +235,11 @@ class AlertEngine:
                 w.shared = excess
                 self._pss_reads += 1
             w.share_known = True
+
+    async def pss_settled(self) -> None:
+        """Wait until the PSS reads in flight, if any, are done (they run off the tick)."""
+        if self._pss_task is not None:
+            await self._pss_task
 
     def close(self) -> None:
         self.kmsg.close()

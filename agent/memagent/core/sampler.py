@@ -2,7 +2,7 @@
 
 The hot loop reads ``statm`` through an already-open descriptor (~1.3 µs) and compares
 the raw bytes with the last tick's; only when they differ, or when the process's
-``status_refresh`` period (1 s) is up, does it read ``status`` (~11 µs) for the kernel's
+``status_refresh`` period (1 s) is up, does it read ``status`` (~10-13 µs) for the kernel's
 peak (VmHWM) and swap. An idle process therefore costs one ``pread`` and a comparison per
 tick plus one status read per second: ~2.4 µs a sample at 10 Hz, ~7 µs at 2 Hz
 (``bench/``); the forced read is what makes a spike between ticks show within a second

@@ -2,9 +2,9 @@
 
 Peak RSS is ``max(VmHWM, every RSS sampled)`` over the peak window. ``VmHWM`` is the
 kernel's own high-water mark: it catches a spike that rose and fell between two ticks.
-It lives only in ``/proc/PID/status`` (~8 µs to read), so the sampler reads status when
-``statm`` changed since the last tick, and otherwise at least every ``status_every``
-ticks; the reported peak is never lower than a value sampled.
+It lives only in ``/proc/PID/status`` (~10-13 µs to read and parse, see ``bench/``), so
+the sampler reads status when ``statm`` changed since the last tick, and otherwise at
+least every ``status_every`` ticks; the reported peak is never lower than a value sampled.
 
 ``reset-peaks`` writes ``5`` to ``/proc/PID/clear_refs`` (the kernel resets VmHWM to the
 current RSS). Where that write is refused, the window restarts on the agent's side and

@@ -11,26 +11,37 @@ from rich.console import RenderableType
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Static
 
 from memproto.records import Alert
+from memproto.vocabulary import AlertState, Severity
 
-_RANK = {"critical": 0, "warning": 1}
+from ..model import Snapshot
+
+
+def _by_severity(a: Alert) -> tuple[int, float]:
+    """Most severe first, then newest first."""
+    return (Severity.RANK.get(a.severity, len(Severity.RANK)), -a.time)
 
 
 def alert_style(alert: Alert) -> str:
-    if alert.state == "resolved":
+    if alert.state == AlertState.RESOLVED:
         return "green"
-    return "bold red" if alert.severity == "critical" else "bold yellow"
+    return "bold red" if alert.severity == Severity.CRITICAL else "bold yellow"
 
 
 class AlertBanner(Widget):
     """The most severe firing alert, and how many more fire; hidden when none does."""
 
+    #: Bound to the app's; repaints only when the firing alerts change (:attr:`alerts`).
+    snapshot: var[Snapshot] = var(Snapshot)
     alerts: reactive[tuple[Alert, ...]] = reactive(tuple)
+
+    def watch_snapshot(self, snapshot: Snapshot) -> None:
+        self.alerts = snapshot.alerts
 
     def watch_alerts(self, alerts: tuple[Alert, ...]) -> None:
         self.display = bool(alerts)
@@ -38,7 +49,7 @@ class AlertBanner(Widget):
     def render(self) -> RenderableType:
         if not self.alerts:
             return Text("")
-        worst = sorted(self.alerts, key=lambda a: (_RANK.get(a.severity, 2), -a.time))[0]
+        worst = min(self.alerts, key=_by_severity)
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(f" {worst.severity.upper()} {worst.kind} ", style="reverse " + alert_style(worst))
         text.append(" " + worst.message, style=alert_style(worst))
@@ -53,7 +64,7 @@ def log_lines(active: list[Alert], recent: list[Alert]) -> Text:
     text.append("Alerts firing now\n", style="bold")
     if not active:
         text.append("  none\n", style="dim")
-    for a in sorted(active, key=lambda a: (_RANK.get(a.severity, 2), -a.time)):
+    for a in sorted(active, key=_by_severity):
         text.append(_line(a))
     text.append("\nRecent (ended or one-off)\n", style="bold")
     if not recent:

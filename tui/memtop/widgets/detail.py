@@ -1,25 +1,29 @@
 """Detail pane of the selected process: identity and RSS over time with the peak marked
 (:class:`RssPanel`) beside its Python stacks (:class:`~memtop.widgets.stack.StackPanel`).
+
+Both panels are bound to the app's :class:`~memtop.model.Detail`; each takes what it
+shows from it, and repaints only when that changed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Group, RenderableType
 from rich.text import Text
-from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.widget import Widget
 
-from .. import format as fmt
-from ..model import ProcRow, bucket_max
-from .stack import StackPanel
+from memproto.units import format_size
+
+from ..model import Detail, ProcRow, bucket_max
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 CHART_ROWS = 5
 
 
-def chart(points: list[tuple[float, int]], end: float, seconds: float, width: int, peak: int) -> list[Text]:
+def chart(points: Sequence[tuple[float, int]], end: float, seconds: float, width: int, peak: int) -> list[Text]:
     """RSS over the last ``seconds`` as a ``CHART_ROWS``-line block chart; the column
     holding the highest value is marked, and the scale tops at ``peak``."""
     buckets = bucket_max(points, end - seconds, end, width)
@@ -42,10 +46,14 @@ def chart(points: list[tuple[float, int]], end: float, seconds: float, width: in
 
 
 class RssPanel(Widget):
+    detail: var[Detail] = var(Detail)
     row: reactive[ProcRow | None] = reactive(None)
-    points: reactive[list[tuple[float, int]]] = reactive(list)
+    points: reactive[Sequence[tuple[float, int]]] = reactive(tuple)
     now: reactive[float] = reactive(0.0)
     window: reactive[float] = reactive(600.0)
+
+    def watch_detail(self, detail: Detail) -> None:
+        self.row, self.points, self.now = detail.row, detail.points, detail.now
 
     def render(self) -> RenderableType:
         row = self.row
@@ -57,10 +65,10 @@ class RssPanel(Widget):
         if row.label:
             head.append(f" ({row.name})")
         head.append("  alive" if row.alive else "  exited", style="green" if row.alive else "dim")
-        head.append(f"  RSS {fmt.size_long(row.rss)}  peak {fmt.size_long(row.peak)}")
+        head.append(f"  RSS {format_size(row.rss, long=True)}  peak {format_size(row.peak, long=True)}")
         if not row.peak_exact:
             head.append(" (sampled)")
-        head.append(f"  anon {fmt.size_long(row.anon)}  swap {fmt.size_long(row.swap)}")
+        head.append(f"  anon {format_size(row.anon, long=True)}  swap {format_size(row.swap, long=True)}")
         cmd = Text(" ".join(row.cmdline) or "-", style="dim", no_wrap=True, overflow="ellipsis")
         width = max(10, self.size.width - 2)
         caption = Text(f"RSS, last {self.window / 60:.0f} min, ", style="dim", no_wrap=True, overflow="ellipsis")
@@ -72,8 +80,11 @@ class RssPanel(Widget):
 
 
 class DetailPane(Horizontal):
-    """RSS on the left, stacks on the right."""
+    """RSS on the left, stacks on the right; the app composes both panels into it (they
+    are bound to the app's reactives, and data_bind binds to the composing node)."""
 
-    def compose(self) -> ComposeResult:
-        yield RssPanel()
-        yield StackPanel()
+    #: Bound to the app's ``show_detail``.
+    shown: var[bool] = var(True)
+
+    def watch_shown(self, shown: bool) -> None:
+        self.display = shown

@@ -1,7 +1,8 @@
 """The header: connection state, host memory bar, Σ peaks gauge, GPU bars (later).
 
-It renders from two immutable inputs set by the app: the latest :class:`Snapshot` and
-the :class:`LinkState`. Process names never appear here, and no markup is parsed.
+It renders from two immutable inputs bound to the app's (``data_bind``): the latest
+:class:`Snapshot` and the :class:`LinkState`. Process names never appear here, and no
+markup is parsed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
+
+from memproto.units import format_size
 
 from .. import format as fmt
 from ..model import Snapshot
@@ -79,12 +82,12 @@ class MemHeader(Widget):
         text = Text(f"{label:<9}", no_wrap=True, overflow="ellipsis")
         if not total:
             text.append(fmt.bar(0, width, "dim"))
-            text.append(f" {fmt.size_long(value)} of n/a")
+            text.append(f" {format_size(value, long=True)} of n/a")
             return text
         fraction = value / total
         style = fmt.level_style(fraction, warn, crit)
         text.append(fmt.bar(fraction, width, style))
-        text.append(f" {fmt.size_long(value)} / {fmt.size_long(total)} ")
+        text.append(f" {format_size(value, long=True)} / {format_size(total, long=True)} ")
         text.append(f"{fmt.percent(fraction)}", style=style)
         return text
 

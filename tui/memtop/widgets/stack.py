@@ -10,13 +10,15 @@ import os
 
 from rich.console import Group, RenderableType
 from rich.text import Text
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.widget import Widget
 
 from memproto.frames import StackOk
 from memproto.records import StackDump
+from memproto.units import format_size
+from memproto.vocabulary import StackState
 
-from .. import format as fmt
+from ..model import Detail
 
 MAX_FRAMES = 6
 
@@ -27,11 +29,11 @@ def _site(name: str, filename: str, line: int | None) -> str:
 
 
 def dump_lines(dump: StackDump, title: str, max_frames: int = MAX_FRAMES) -> list[Text]:
-    out = [Text.assemble((title, "bold"), (f"  {dump.trigger}, RSS {fmt.size_long(dump.rss_bytes)}", "dim"))]
+    out = [Text.assemble((title, "bold"), (f"  {dump.trigger}, RSS {format_size(dump.rss_bytes, long=True)}", "dim"))]
     # The attributed thread (▶: active with the GIL, else active, else MainThread) in full;
     # the other threads are in `memagent stack PID`.
     threads = dump.threads
-    shown = next((t for t in threads if t.thread_id == dump.attributed_thread), threads[0] if threads else None)
+    shown = dump.attributed() or (threads[0] if threads else None)
     if shown is not None:
         head = Text("▶ ", style="bold green", no_wrap=True, overflow="ellipsis")
         head.append(shown.name if shown.name is not None else f"thread {shown.thread_id}", style="bold")
@@ -50,23 +52,29 @@ def dump_lines(dump: StackDump, title: str, max_frames: int = MAX_FRAMES) -> lis
 
 
 class StackPanel(Widget):
+    detail: var[Detail] = var(Detail)
     reply: reactive[StackOk | None] = reactive(None)
     #: The selected process's stack state when no reply is there yet.
     state: reactive[str | None] = reactive(None)
 
+    def watch_detail(self, detail: Detail) -> None:
+        self.reply = detail.stack
+        self.state = detail.row.stack_state if detail.row else None
+
     def render(self) -> RenderableType:
         reply = self.reply
         if reply is None:
-            note = {None: "stack: not read yet", "pending": "stack: reading…"}.get(self.state, f"stack: {self.state}")
+            note = {None: "stack: not read yet", StackState.PENDING: "stack: reading…"}.get(
+                self.state, f"stack: {self.state}")
             return Text(note, style="dim")
         lines: list[RenderableType] = []
-        if reply.state != "ok":
+        if reply.state != StackState.OK:
             lines.append(Text(f"stack: {reply.state}" + (f" — {reply.message}" if reply.message else ""),
                               style="yellow"))
         if reply.by_line:
             lines.append(Text("grew at (correlation)", style="bold"))
             for s in reply.by_line[:3]:
-                lines.append(Text(f"  {fmt.size(s.bytes):>6}  {_site(s.function, s.filename, s.line)}",
+                lines.append(Text(f"  {format_size(s.bytes):>6}  {_site(s.function, s.filename, s.line)}",
                                   no_wrap=True, overflow="ellipsis"))
         if reply.at_peak is not None:
             lines.extend(dump_lines(reply.at_peak, "at peak"))

@@ -9,7 +9,7 @@ from conftest import Daemon, MiB, Target
 from textual.pilot import Pilot
 
 from memtop.app import MemtopApp
-from memtop.widgets.header import MemHeader
+from memtop.widgets.header import LinkState, MemHeader
 from memtop.widgets.stack import StackPanel
 from memtop.widgets.table import ProcessTable
 
@@ -115,8 +115,9 @@ async def test_embedded_agent_when_no_daemon(tmp_path: object, make_target: Call
         await until(pilot, lambda: app.link_state.connected and app.link_state.embedded)
         await until(pilot, lambda: t.pid in table_pids(app))
         assert "embedded agent" in str(app.query_one(MemHeader).render().renderables[-1])  # type: ignore[attr-defined]
-        embedded = app._embedded
-    assert embedded is not None and not embedded._thread.is_alive()  # stopped with the app
+        embedded = app.embedded_agent
+        assert embedded is not None and embedded.running
+    assert not embedded.running  # stopped with the app
 
 
 async def test_detail_pane_shows_the_selected_process_stack(
@@ -132,3 +133,11 @@ async def test_detail_pane_shows_the_selected_process_stack(
         names = [f.name for t in panel.reply.latest.threads for f in t.frames]
         assert "main" in names  # target_proc.py's main(), read from outside by py-spy
         await until(pilot, lambda: app.query_one(ProcessTable).rows[0].stack_state == "ok")
+
+
+async def test_no_daemon_is_said_in_the_header(tmp_path: object) -> None:
+    app = MemtopApp(f"{tmp_path}/nobody.sock", allow_embedded=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.link_state.message != LinkState().message)
+        assert not app.link_state.connected and app.embedded_agent is None
+        assert app.link_state.message == f"no memagent daemon at {tmp_path}/nobody.sock; retrying in 0.5s"

@@ -43,7 +43,7 @@ def test_memtop_in_tmux_shows_a_watched_pid(
     t = make_target()
     with daemon.client() as c:
         c.attach([t.pid], label="tmux-model")
-    command = f"{sys.executable} -m memtop.app --socket {daemon.socket} --no-embedded"
+    command = f"{sys.executable} -m memtop.cli --socket {daemon.socket} --no-embedded"
     r = tmux("new-session", "-d", "-s", "memtop", "-x", "100", "-y", "30", command)
     assert r.returncode == 0, r.stderr
     screen = wait_screen(tmux, "tmux-model")

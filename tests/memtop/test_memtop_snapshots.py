@@ -1,6 +1,6 @@
 """Snapshot tests of memtop's screens, fed by a fixed frame sequence (no clock, no socket).
 
-Regenerate after an intended change with ``pytest tests/test_memtop_snapshots.py
+Regenerate after an intended change with ``pytest tests/memtop/test_memtop_snapshots.py
 --snapshot-update`` and look at the SVGs before committing them.
 """
 
@@ -18,7 +18,8 @@ from textual.pilot import Pilot
 
 from memproto.frames import Sample
 from memtop.app import MemtopApp
-from memtop.widgets.header import LinkState
+from memtop.widgets.detail import RssPanel
+from memtop.widgets.header import LinkState, MemHeader
 from memtop.widgets.stack import StackPanel, dump_lines
 from memtop.widgets.table import ProcessTable
 
@@ -140,3 +141,42 @@ async def test_stack_names_are_shown_verbatim_not_as_markup() -> None:
         assert "[bold red]loader[/] <b>" in text and "[link=x]fetch[/link]" in text
         assert all(not span.style or "red" not in str(span.style) for line in lines for span in line.spans
                    if "loader" in line.plain[span.start:span.end])
+
+
+async def test_sort_hotkeys() -> None:
+    """M sorts by RSS (biggest first), M again reverses it, N by name, P back to peak."""
+    app = replayed_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await replay(pilot)
+        table = app.query_one(ProcessTable)
+        await pilot.press("M")
+        assert (app.sort_column, app.sort_reverse) == ("rss", False)
+        alive = [r.rss for r in table.rows if r.alive]
+        assert alive == sorted(alive, reverse=True) and table.rows[0].alive
+        await pilot.press("M")
+        assert (app.sort_column, app.sort_reverse) == ("rss", True)
+        await pilot.press("N")
+        names = [r.display_name.lower() for r in table.rows]
+        assert (app.sort_column, app.sort_reverse) == ("name", False) and names == sorted(names)
+        await pilot.press("P")
+        assert app.sort_column == "peak" and table.rows[0].display_name == "resnet50-train"
+
+
+async def test_the_main_screen_follows_the_data_under_a_modal_screen() -> None:
+    """The widgets are bound to the app's reactives: frames arriving while the help is
+    open land on the main screen's widgets."""
+    app = replayed_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await replay(pilot)
+        await pilot.press("question_mark")
+        assert len(app.screen_stack) == 2
+        last = [f for f in frames() if isinstance(f, Sample)][-1]
+        assert isinstance(last, Sample)
+        ranker = next(list(r) for r in last.rows if r[0] == 4149)
+        ranker[3] = ranker[4] = 8 * 1024 * MiB  # now the biggest
+        app.feed(Sample(last.seq + 1, last.time + 0.5, last.interval, last.fields, [ranker]))
+        await pilot.pause()
+        main = app.screen_stack[0]
+        assert main.query_one(MemHeader).snapshot.seq == last.seq + 1
+        assert main.query_one(RssPanel).now == last.time + 0.5
+        assert main.query_one(ProcessTable).rows[0].pid == 4149
