@@ -1,4 +1,6 @@
 """Fixtures for end-to-end tests: a real daemon on a temporary socket, real target processes.
+For unit tests: a writable copy of the fixture /proc tree and a registry over it
+(``proctree.py``); the fake NVML library (``fakes/``).
 
 Synchronisation is by events: the daemon's "listening on" log line, a target's "ok" reply
 on its stdout, a sample frame carrying the awaited value. Never by sleeping.
@@ -8,16 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from fakes.fakenvml import build_fake_nvml
+from proctree import ProcTree
 
 from memagent.cli.client import Client
+from memagent.core.registry import Registry
 from memproto.frames import Sample
 
 HERE = Path(__file__).resolve().parent
@@ -173,3 +179,48 @@ def memagent_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Co
         [sys.executable, "-m", "memagent.cli", *args], capture_output=True, text=True, timeout=30,
         env={**os.environ, **(env or {})},
     )
+
+
+# --------------------------------------------------------------------------- fake NVML (tests/proc/test_fake_nvml*.py)
+
+#: What ``build_lib`` returns: ``build(omit=(), defines=())`` -> the fake library's directory.
+BuildFn = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def build_lib(tmp_path_factory: pytest.TempPathFactory) -> BuildFn:
+    """Build (once per session per variant) a fake NVML; returns its directory."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not on PATH: cannot build the fake NVML library")
+    cache: dict[tuple[tuple[str, ...], tuple[str, ...]], Path] = {}
+
+    def build(omit: Sequence[str] = (), defines: Sequence[str] = ()) -> Path:
+        key = (tuple(sorted(omit)), tuple(sorted(defines)))
+        if key not in cache:
+            out = tmp_path_factory.mktemp("fake-nvml")
+            cache[key] = build_fake_nvml(out, omit, defines=dict.fromkeys(defines))
+        return cache[key]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def lib_dir(build_lib: BuildFn) -> Path:
+    return build_lib()
+
+
+# --------------------------------------------------------------------------- unit tests over a fixture /proc tree
+
+
+@pytest.fixture
+def proc_tree(tmp_path: Path) -> ProcTree:
+    """A writable copy of ``fixtures/proc`` (see ``proctree.py``)."""
+    return ProcTree(tmp_path / "proc")
+
+
+@pytest.fixture
+def registry(proc_tree: ProcTree) -> Iterator[Registry]:
+    """A registry over ``proc_tree``; its handles are closed afterwards."""
+    reg = Registry(proc_tree.procfs())
+    yield reg
+    reg.close()

@@ -1,91 +1,23 @@
-"""The fake NVIDIA driver (tests/fakes/fake_nvml.c), exercised through the real, unmodified pynvml.
+"""The fake NVIDIA driver (tests/fakes/fake_nvml.c), exercised through the real, unmodified pynvml:
+inventory, memory, process lists, accounting, live state changes, the call log, the state file.
 
 pynvml loads ``libnvidia-ml.so.1`` once per process, so every check runs in a fresh
 ``python -c`` subprocess whose environment points ``LD_LIBRARY_PATH`` at a fake built by gcc
-(once per set of omitted symbols per session).
+(once per set of omitted symbols per session; see ``nvml_probe``).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
 from collections import Counter
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fakes.fakenvml import FakeGpuState, GiB, MiB, build_fake_nvml, nvml_env
-
-NA = 0xFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE_uint: gpuInstanceId / computeInstanceId without MIG
-
-# Runs before each script: pynvml, and catch() turning an outcome into JSON-able data.
-PRELUDE = """
-import json, sys
-import pynvml
-
-def catch(fn, *args, **kwargs):
-    try:
-        return {"ok": fn(*args, **kwargs)}
-    except Exception as exc:
-        return {"exc": type(exc).__name__, "nvml_error": isinstance(exc, pynvml.NVMLError),
-                "value": getattr(exc, "value", None)}
-
-def procs(items):
-    return [[p.pid, p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId] for p in items]
-
-def emit(result):
-    print(json.dumps(result), flush=True)
-"""
-
-BuildFn = Callable[..., Path]
-
-
-@pytest.fixture(scope="session")
-def build_lib(tmp_path_factory: pytest.TempPathFactory) -> BuildFn:
-    """Build (once per session per variant) a fake NVML; returns its directory."""
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not on PATH: cannot build the fake NVML library")
-    cache: dict[tuple[tuple[str, ...], tuple[str, ...]], Path] = {}
-
-    def build(omit: Sequence[str] = (), defines: Sequence[str] = ()) -> Path:
-        key = (tuple(sorted(omit)), tuple(sorted(defines)))
-        if key not in cache:
-            out = tmp_path_factory.mktemp("fake-nvml")
-            cache[key] = build_fake_nvml(out, omit, defines=dict.fromkeys(defines))
-        return cache[key]
-
-    return build
-
-
-@pytest.fixture(scope="session")
-def lib_dir(build_lib: BuildFn) -> Path:
-    return build_lib()
-
-
-def run_script(script: str, env: dict[str, str]) -> Any:
-    """Run PRELUDE + script in a fresh interpreter; return the JSON of its last stdout line."""
-    proc = subprocess.run(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, f"script failed ({proc.returncode}):\n{proc.stderr}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def two_gpus() -> FakeGpuState:
-    state = FakeGpuState(driver="550.54.15")
-    state.add_device(
-        "NVIDIA H100 80GB HBM3", total=80 * GiB, used=10 * GiB, uuid="GPU-0000aaaa-1111-2222-3333-444455556666"
-    )
-    state.add_device("NVIDIA A100-SXM4-40GB", total=40 * GiB, used=1 * GiB, accounting=True)
-    return state
+from fakes.fakenvml import FakeGpuState, GiB, MiB, nvml_env
+from nvml_probe import NA, PRELUDE, run_script, two_gpus
 
 
 def test_inventory_and_memory(lib_dir: Path, tmp_path: Path) -> None:
@@ -181,64 +113,6 @@ def test_running_processes_v3(lib_dir: Path, tmp_path: Path) -> None:
     assert out["g0_v2"] == out["g0"]
 
 
-def test_old_driver_without_v3_and_memory_v2(build_lib: BuildFn, tmp_path: Path) -> None:
-    lib = build_lib(
-        omit=[
-            "nvmlDeviceGetComputeRunningProcesses_v3",
-            "nvmlDeviceGetGraphicsRunningProcesses_v3",
-            "nvmlDeviceGetMemoryInfo_v2",
-        ]
-    )
-    state = two_gpus()
-    state.add_proc(0, 1234, 512 * MiB)
-    state.write(tmp_path / "state")
-    out = run_script(
-        """
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        emit({
-            "compute": catch(pynvml.nvmlDeviceGetComputeRunningProcesses, h),
-            "graphics": catch(pynvml.nvmlDeviceGetGraphicsRunningProcesses, h),
-            "compute_v2": procs(pynvml.nvmlDeviceGetComputeRunningProcesses_v2(h)),
-            "mismatch_is_nvml_error": issubclass(pynvml.NVMLLibraryMismatchError, pynvml.NVMLError),
-            "memory_v2": catch(pynvml.nvmlDeviceGetMemoryInfo, h, version=pynvml.nvmlMemory_v2),
-            "memory_v1_used": pynvml.nvmlDeviceGetMemoryInfo(h).used,
-        })
-        """,
-        nvml_env(lib, tmp_path / "state"),
-    )
-    assert out["compute"] == {"exc": "NVMLLibraryMismatchError", "nvml_error": False, "value": None}
-    assert out["graphics"]["exc"] == "NVMLLibraryMismatchError"
-    assert out["mismatch_is_nvml_error"] is False
-    assert out["compute_v2"] == [[1234, 512 * MiB, NA, NA]]
-    # No such wrapper for memory info: the missing symbol is a plain NVMLError.
-    assert out["memory_v2"] == {"exc": "NVMLError_FunctionNotFound", "nvml_error": True, "value": 13}
-    assert out["memory_v1_used"] == 10 * GiB
-
-
-def test_r535_v3_stride_is_misread_by_pynvml(build_lib: BuildFn, tmp_path: Path) -> None:
-    """With 32-byte _v3 entries (early R535 drivers) pynvml 13.x, reading 24-byte ones, gets garbage."""
-    lib = build_lib(defines=["FAKE_NVML_PROC_V3_CC"])
-    state = two_gpus()
-    state.add_proc(0, 1234, 512 * MiB)
-    state.add_proc(0, 5678, 256 * MiB)
-    state.write(tmp_path / "state")
-    out = run_script(
-        """
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        emit({"v3": procs(pynvml.nvmlDeviceGetComputeRunningProcesses(h)),
-              "v2": procs(pynvml.nvmlDeviceGetComputeRunningProcesses_v2(h))})
-        """,
-        nvml_env(lib, tmp_path / "state"),
-    )
-    assert out["v2"] == [[1234, 512 * MiB, NA, NA], [5678, 256 * MiB, NA, NA]]
-    # Entry 1 is read 8 bytes early: the zero usedGpuCcProtectedMemory becomes the pid and the
-    # real pid becomes usedGpuMemory (the "pid and memory swapped" reports of R535 days).
-    assert out["v3"][0] == [1234, 512 * MiB, NA, NA]
-    assert out["v3"][1][:2] == [0, 5678]
-
-
 def test_accounting(lib_dir: Path, tmp_path: Path) -> None:
     state = two_gpus()  # accounting off on 0, on on 1
     state.set_accounting_max(1, 4321, 3 * GiB)
@@ -263,108 +137,6 @@ def test_accounting(lib_dir: Path, tmp_path: Path) -> None:
     assert out["stats"] == [3 * GiB, 1, 0, 0, 0, 0]
     assert out["unknown"]["exc"] == "NVMLError_NotFound"
     assert out["disabled"]["exc"] == "NVMLError_NotSupported"
-
-
-def test_lost_gpu(lib_dir: Path, tmp_path: Path) -> None:
-    state = two_gpus()
-    state.device(1).lost = True
-    state.write(tmp_path / "state")
-    out = run_script(
-        """
-        pynvml.nvmlInit()
-        h0, h1 = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlDeviceGetHandleByIndex(1)
-        emit({
-            "memory": catch(pynvml.nvmlDeviceGetMemoryInfo, h1, version=pynvml.nvmlMemory_v2),
-            "name": catch(pynvml.nvmlDeviceGetName, h1),
-            "procs": catch(pynvml.nvmlDeviceGetComputeRunningProcesses, h1),
-            "is_lost_class": isinstance(pynvml.NVMLError(15), pynvml.NVMLError_GpuIsLost),
-            "d0_used": pynvml.nvmlDeviceGetMemoryInfo(h0, version=pynvml.nvmlMemory_v2).used,
-        })
-        """,
-        nvml_env(lib_dir, tmp_path / "state"),
-    )
-    for key in ("memory", "name", "procs"):
-        assert out[key] == {"exc": "NVMLError_GpuIsLost", "nvml_error": True, "value": 15}, key
-    assert out["is_lost_class"] is True
-    assert out["d0_used"] == 10 * GiB
-
-
-def test_injected_errors(lib_dir: Path, tmp_path: Path) -> None:
-    state = two_gpus()
-    state.inject_error("nvmlInitWithFlags", 9)
-    state.write(tmp_path / "init-fails")
-    out = run_script(
-        """
-        emit({"init": catch(pynvml.nvmlInit), "count": catch(pynvml.nvmlDeviceGetCount)})
-        """,
-        nvml_env(lib_dir, tmp_path / "init-fails"),
-    )
-    assert out["init"] == {"exc": "NVMLError_DriverNotLoaded", "nvml_error": True, "value": 9}
-    assert out["count"]["exc"] == "NVMLError_Uninitialized"
-
-    state.clear_errors()
-    state.inject_error("nvmlDeviceGetMemoryInfo_v2", 3, device=1)
-    state.inject_error("nvmlDeviceGetAccountingMode", 4)
-    state.write(tmp_path / "per-device")
-    out = run_script(
-        """
-        pynvml.nvmlInit()
-        h0, h1 = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlDeviceGetHandleByIndex(1)
-        emit({
-            "m0": catch(lambda: pynvml.nvmlDeviceGetMemoryInfo(h0, version=pynvml.nvmlMemory_v2).used),
-            "m1": catch(pynvml.nvmlDeviceGetMemoryInfo, h1, version=pynvml.nvmlMemory_v2),
-            "m1_v1": catch(lambda: pynvml.nvmlDeviceGetMemoryInfo(h1).used),
-            "acct0": catch(pynvml.nvmlDeviceGetAccountingMode, h0),
-            "acct1": catch(pynvml.nvmlDeviceGetAccountingMode, h1),
-        })
-        """,
-        nvml_env(lib_dir, tmp_path / "per-device"),
-    )
-    assert out["m0"] == {"ok": 10 * GiB}
-    assert out["m1"]["exc"] == "NVMLError_NotSupported"
-    assert out["m1_v1"] == {"ok": 1 * GiB}
-    assert out["acct0"]["exc"] == out["acct1"]["exc"] == "NVMLError_NoPermission"
-
-
-def test_error_string_and_struct_version(lib_dir: Path, tmp_path: Path) -> None:
-    """pynvml asks the library for messages it has no text for (e.g. 25); a wrong struct version is refused."""
-    two_gpus().write(tmp_path / "state")
-    out = run_script(
-        """
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        r = catch(pynvml.nvmlDeviceGetMemoryInfo, h, version=0x01000028)
-        try:
-            pynvml.nvmlDeviceGetMemoryInfo(h, version=0x01000028)
-        except pynvml.NVMLError as exc:
-            r["text"] = str(exc)
-        r["direct"] = pynvml.nvmlErrorString(pynvml.NVML_ERROR_GPU_IS_LOST)
-        emit(r)
-        """,
-        nvml_env(lib_dir, tmp_path / "state"),
-    )
-    assert out["exc"] == "NVMLError_ArgumentVersionMismatch"
-    assert out["text"] == "The provided version is invalid/unsupported"
-    assert out["direct"] == "GPU is lost"
-
-
-def test_library_not_found(tmp_path: Path) -> None:
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    out = run_script(
-        """
-        import ctypes
-        try:
-            ctypes.CDLL("libnvidia-ml.so.1")
-            emit({"system_nvml": True})
-        except OSError:
-            emit({"system_nvml": False, "init": catch(pynvml.nvmlInit)})
-        """,
-        nvml_env(empty, tmp_path / "state"),
-    )
-    if out["system_nvml"]:
-        pytest.skip("this machine has a real libnvidia-ml.so.1 on the loader's path")
-    assert out["init"] == {"exc": "NVMLError_LibraryNotFound", "nvml_error": True, "value": 12}
 
 
 def test_live_state_change(lib_dir: Path, tmp_path: Path) -> None:

@@ -1,0 +1,180 @@
+"""The alert engine (:class:`AlertEngine`) driven tick by tick over a fixture /proc tree,
+with the real sampler, registry, alert book and PSS reads on a real event loop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from proctree import TRAINER, MiB, ProcTree
+
+from memagent.alerting.engine import PSS_GRACE, AlertEngine
+from memagent.config import AlertConfig, HeadroomConfig
+from memagent.core.registry import Registry
+from memagent.core.sampler import Sampler
+from memagent.proc.kmsg import KernelLog
+from memagent.proc.nvml import DeviceReading
+from memproto.records import Alert, Contributor
+
+NO_GPUS: list[DeviceReading] = []
+
+
+class Box:
+    """A registry, the sampler and the engine over the tree, ticked as the agent ticks them."""
+
+    def __init__(self, tree: ProcTree, registry: Registry, kmsg_path: Path, capacity: int,
+                 budgets: dict[str, int] | None = None) -> None:
+        self.tree = tree
+        self.registry = registry
+        self.delivered: list[Alert] = []
+        self.kmsg_path = kmsg_path
+        kmsg_path.write_bytes(b"")
+        self.sampler = Sampler(registry, interval=0.5)
+        self.engine = AlertEngine(registry, HeadroomConfig(host_capacity=capacity),
+                                  AlertConfig(budgets=budgets or {}), self.delivered.append, lambda w: None,
+                                  kmsg=KernelLog(str(kmsg_path)))
+
+    def start(self, pid: int, rss: int, label: str | None = None, now: float = 1000.0, pss: bool = True) -> None:
+        """A process of ``rss`` bytes (none of it shared, when its smaps_rollup is readable), attached."""
+        if pid != TRAINER:
+            self.tree.add_process(pid, f"worker-{pid}")
+        self.tree.set_memory(pid, rss, hwm=rss)
+        if pss:
+            self.tree.set_smaps_rollup(pid, rss, rss)
+        self.registry.attach(pid, label=label, now=now)
+
+    def resize(self, pid: int, rss: int, now: float) -> None:
+        """Memory of ``pid`` now ``rss``, and a new peak window (reset-peaks) from there."""
+        self.tree.set_memory(pid, rss, hwm=rss)
+        self.registry.reset_peaks(pid, now=now)
+
+    async def tick(self, now: float) -> None:
+        exited = self.sampler.sample(now)
+        changed = self.sampler.changed
+        self.engine.on_tick(now, exited, NO_GPUS, changed=bool(changed or exited))
+        await self.engine.pss_settled()  # the PSS reads it started in a worker thread
+
+    def fired(self, kind: str) -> list[Alert]:
+        return [a for a in self.delivered if a.kind == kind]
+
+
+@pytest.fixture
+def box(proc_tree: ProcTree, registry: Registry, tmp_path: Path) -> Iterator[Box]:
+    b = Box(proc_tree, registry, tmp_path / "kmsg", capacity=1000 * MiB)
+    yield b
+    b.engine.close()
+
+
+async def test_a_headroom_alert_fires_and_resolves_with_hysteresis(box: Box) -> None:
+    box.start(TRAINER, 500 * MiB)
+    await box.tick(1000.0)
+    box.tree.set_memory(TRAINER, 920 * MiB)
+    await box.tick(1000.5)
+    (fired,) = box.delivered
+    assert (fired.kind, fired.resource, fired.state, fired.severity) == ("headroom", "host", "firing", "warning")
+    assert fired.value == pytest.approx(0.92) and fired.unit == "ratio"
+    assert fired.contributors == [Contributor(TRAINER, "python3", 920 * MiB)]
+    box.resize(TRAINER, 880 * MiB, now=1001.0)  # below 0.9, not below 0.9 * (1 - 0.05)
+    await box.tick(1001.0)
+    assert box.delivered == [fired]
+    assert box.engine.headroom[0].ratio == pytest.approx(0.88)
+    assert [a.value for a in box.engine.book.active.values()] == [pytest.approx(0.88)]
+    box.resize(TRAINER, 800 * MiB, now=1001.5)
+    await box.tick(1001.5)
+    resolved = box.delivered[-1]
+    assert (resolved.state, resolved.id, len(box.delivered)) == ("resolved", fired.id, 2)
+    assert not box.engine.book.active
+
+
+async def test_the_host_is_not_judged_before_a_new_process_pss_is_read(box: Box) -> None:
+    """Just attached, a process counts its shared pages in full: no verdict until its PSS is read."""
+    box.start(TRAINER, 950 * MiB)
+    await box.tick(1000.0)
+    assert box.engine.headroom[0].ratio == pytest.approx(0.95)
+    assert box.delivered == []
+    assert box.registry.alive[0].share_known  # read meanwhile (the tick waited for it)
+    await box.tick(1000.5)
+    assert [(a.kind, a.state) for a in box.delivered] == [("headroom", "firing")]
+
+
+async def test_the_pss_grace_ends(box: Box) -> None:
+    """A process whose PSS cannot be read is judged anyway once PSS_GRACE is over."""
+    box.start(TRAINER, 950 * MiB, pss=False)
+    for now in (1000.0, 1001.0, 1000.0 + PSS_GRACE - 1):  # a full evaluation each second
+        await box.tick(now)
+    assert box.delivered == [] and not box.registry.alive[0].share_known
+    await box.tick(1000.0 + PSS_GRACE)
+    assert [(a.kind, a.state) for a in box.delivered] == [("headroom", "firing")]
+
+
+async def test_a_budget_alert_per_label(proc_tree: ProcTree, registry: Registry, tmp_path: Path) -> None:
+    box = Box(proc_tree, registry, tmp_path / "kmsg", capacity=100_000 * MiB,
+              budgets={"bert": 1000 * MiB, "gpt": 2000 * MiB})
+    try:
+        box.start(TRAINER, 600 * MiB, label="bert")
+        box.start(5001, 500 * MiB, label="bert")
+        box.start(5002, 900 * MiB, label="gpt")
+        box.start(5003, 3000 * MiB)  # no label: in no budget
+        await box.tick(1000.0)
+        (alert,) = box.delivered
+        assert (alert.kind, alert.resource, alert.state, alert.severity) == ("budget", "bert", "firing", "warning")
+        assert alert.value == pytest.approx(1.1)
+        assert alert.contributors == [Contributor(TRAINER, "bert", 600 * MiB), Contributor(5001, "bert", 500 * MiB)]
+        box.registry.detach(5001)
+        await box.tick(1000.5)
+        assert [(a.resource, a.state) for a in box.delivered] == [("bert", "firing"), ("bert", "resolved")]
+    finally:
+        box.engine.close()
+
+
+@pytest.mark.parametrize(("signal", "rss", "pressure", "source"), [
+    (9, 950 * MiB, None, "inferred"),  # SIGKILL with the headroom near full
+    (9, 300 * MiB, 25.0, "inferred"),  # SIGKILL under memory pressure
+    (9, 300 * MiB, None, None),  # a plain kill -9 on a relaxed box
+    (15, 950 * MiB, None, None),  # SIGTERM is never the OOM killer
+    (0, 950 * MiB, None, None),  # it exited
+], ids=["sigkill-headroom-full", "sigkill-pressure", "sigkill-relaxed", "sigterm", "exit"])
+async def test_an_oom_kill_is_inferred_from_a_sigkill_at_high_memory(
+    box: Box, signal: int, rss: int, pressure: float | None, source: str | None
+) -> None:
+    if pressure is not None:
+        box.tree.set_pressure(pressure)
+    box.start(TRAINER, rss)
+    await box.tick(1000.0)
+    await box.tick(1000.5)
+    box.tree.exit(TRAINER, signal)
+    await box.tick(1001.0)
+    assert not box.registry.entries[(TRAINER, 51234)].alive
+    oom = box.fired("oom-kill")
+    if source is None:
+        assert oom == []
+        return
+    (alert,) = oom
+    assert (alert.pid, alert.resource, alert.state, alert.severity, alert.source) == (
+        TRAINER, f"pid:{TRAINER}", "firing", "critical", source)
+    assert alert.value == rss and alert.contributors == [Contributor(TRAINER, "python3", rss)]
+    assert "killed by the OOM killer (inferred: SIGKILL at high memory)" in alert.message
+    assert alert.details is not None and alert.details.startswith("last RSS per second: ")
+    assert alert in box.engine.book.recent and not any(a.kind == "oom-kill" for a in box.engine.book.active.values())
+
+
+async def test_an_oom_kill_in_the_kernel_log_needs_no_inference(box: Box) -> None:
+    box.start(TRAINER, 300 * MiB)  # a relaxed box: no inference would blame the OOM killer
+    await box.tick(1000.0)
+    with box.kmsg_path.open("ab") as kmsg:
+        kmsg.write(b"3,1234,5678,-;Out of memory: Killed process 4242 (python3) total-vm:1204936kB\n")
+    box.tree.exit(TRAINER, 9)
+    await box.tick(1000.5)
+    (alert,) = box.fired("oom-kill")
+    assert (alert.pid, alert.source) == (TRAINER, "kernel-log")
+    assert "inferred" not in alert.message
+
+
+async def test_memory_pressure_raises_a_pressure_alert(box: Box) -> None:
+    box.tree.set_pressure(12.5)
+    box.start(TRAINER, 100 * MiB)
+    await box.tick(1000.0)
+    (alert,) = box.delivered
+    assert (alert.kind, alert.resource, alert.severity, alert.unit) == ("pressure", "host", "warning", "percent")
+    assert alert.value == 12.5 and box.engine.pressure == 12.5
