@@ -15,7 +15,6 @@ import pytest
 from memagent.errors import NoSuchProcess, NotUserProcess
 from memagent.proc.parse import (
     parse_btime,
-    parse_cmdline,
     parse_stat,
     parse_statm,
     parse_status_memory,
@@ -60,8 +59,9 @@ def test_handle_on_a_real_process(sleeper: subprocess.Popen[bytes]) -> None:
         assert parse_status_uid(status) == os.getuid()
         mem = parse_status_memory(status)
         assert mem.rss_bytes is not None and mem.rss_bytes > 0
-        assert parse_cmdline(handle.read("cmdline")) == ["sleep", "600"]
-        assert handle.stat().ppid == os.getpid()
+        facts = handle.facts()
+        assert facts.cmdline == ["sleep", "600"]
+        assert facts.stat.ppid == os.getpid()
         # pread rereads from offset 0: a second read gives the whole file again, not EOF.
         again = handle.statm_bytes()
         assert again.endswith(b"\n")
@@ -87,7 +87,7 @@ def test_handle_reads_fail_after_the_process_exits() -> None:
         assert handle.statm_bytes()
         proc.kill()
         proc.wait()
-        for read in (handle.statm_bytes, handle.status_bytes, handle.stat, lambda: handle.read("cmdline")):
+        for read in (handle.statm_bytes, handle.status_bytes, handle.facts, handle.memory, handle.clear_refs):
             with pytest.raises(NoSuchProcess) as info:
                 read()
             assert info.value.pid == proc.pid

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from memagent.errors import AccessDenied, NoSuchProcess
-from memagent.proc.parse import parse_statm, parse_status_uid
+from memagent.proc.parse import parse_statm
 from memagent.proc.procfs import CLOCK_TICKS, ProcFS, translate_errors
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "proc"
@@ -49,9 +49,9 @@ def test_procfs_stat(fake_proc: ProcFS) -> None:
     assert fake_proc.stat(ZOMBIE).state == "Z"
 
 
-def test_procfs_status(fake_proc: ProcFS) -> None:
-    """ProcFS.status returns the raw file for the status parsers."""
-    assert parse_status_uid(fake_proc.status(TRAINER)) == 1000
+def test_procfs_groups(fake_proc: ProcFS) -> None:
+    """ProcFS.groups: the real GID and the supplementary groups, from status."""
+    assert fake_proc.groups(TRAINER) == {1000, 4, 24, 27}
 
 
 def test_procfs_meminfo(fake_proc: ProcFS) -> None:
@@ -82,7 +82,7 @@ def test_procfs_missing_pid(fake_proc: ProcFS) -> None:
         fake_proc.stat(999999)
     assert info.value.pid == 999999
     with pytest.raises(NoSuchProcess):
-        fake_proc.status(999999)
+        fake_proc.groups(999999)
 
 
 def test_procfs_process_vanishes_between_reads(proc_copy: Path) -> None:

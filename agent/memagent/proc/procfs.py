@@ -135,10 +135,6 @@ class ProcFS:
         with read_boundary(pid):
             return parse_stat(self.read(pid, "stat"))
 
-    def status(self, pid: int) -> bytes:
-        with translate_errors(pid):
-            return self.read(pid, "status")
-
     def groups(self, pid: int) -> set[int]:
         """The real GID and supplementary groups of ``pid``."""
         with read_boundary(pid):
@@ -205,14 +201,6 @@ class ProcessHandle:
     def status_bytes(self) -> bytes:
         with translate_errors(self.pid):
             return os.pread(self.status_fd, _READ_SIZE, 0)
-
-    def read(self, name: str) -> bytes:
-        """Any other file of this process (``cmdline``, ``comm``, ``clear_refs`` excluded)."""
-        with translate_errors(self.pid):
-            return self._read_at(name)
-
-    def stat(self) -> Stat:
-        return parse_stat(self.read("stat"))
 
     def write(self, name: str, data: bytes) -> None:
         with translate_errors(self.pid):
