@@ -1,18 +1,13 @@
 """The Unix-socket server: accepts clients, handshakes, routes requests, fans out frames.
 
-Socket file: created with mode 0660 (umask set around ``bind`` so it is never wider),
-optionally chowned to a group whose members may connect. A stale file left by a dead
-daemon is replaced; a live daemon on the path makes :meth:`Server.start` fail.
+The listening socket itself (its directory, mode and group) is :mod:`memagent.serve.listen`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import socket
-import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -36,44 +31,14 @@ from memproto.vocabulary import ErrorCode
 from .. import SOFTWARE
 from ..core.registry import Registry
 from ..core.watched import Watched
-from ..errors import DaemonAlreadyRunning, MemagentError, SocketPathError
+from ..errors import MemagentError
 from .access import AccessPolicy, alert_for, own_pids, peer_credentials
+from .listen import bind_socket, remove_socket
 from .session import ClientSession
 
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT = 10.0
-
-
-def _daemon_listening(path: str) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(path)
-        return True
-    except (ConnectionRefusedError, FileNotFoundError):
-        return False
-    except OSError:
-        # e.g. EACCES: someone's socket we cannot even probe; do not replace it.
-        return True
-    finally:
-        probe.close()
-
-
-def prepare_path(path: str) -> None:
-    """Make the directory, refuse a live daemon, remove a stale socket file."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise SocketPathError(f"{path} exists and is not a socket; not replacing it")
-    if _daemon_listening(path):
-        raise DaemonAlreadyRunning(path)
-    log.info("replacing stale socket %s", path)
-    os.unlink(path)
 
 
 class Server:
@@ -107,16 +72,8 @@ class Server:
         return self._dropped_by_gone + sum(s.dropped for s in self.sessions)
 
     async def start(self) -> None:
-        prepare_path(self.path)
-        old = os.umask(0o117)
-        try:
-            self._server = await asyncio.start_unix_server(self._on_connect, self.path)
-        finally:
-            os.umask(old)
-        if self.socket_gid is not None:
-            os.chown(self.path, -1, self.socket_gid)
-        os.chmod(self.path, 0o660)
-        self._inode = os.stat(self.path).st_ino
+        sock, self._inode = bind_socket(self.path, self.socket_gid)
+        self._server = await asyncio.start_unix_server(self._on_connect, sock=sock)
         log.info("listening on %s", self.path)
 
     async def close(self) -> None:
@@ -127,10 +84,7 @@ class Server:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        # Remove the socket file only if it is still ours.
-        with contextlib.suppress(OSError):
-            if os.stat(self.path).st_ino == self._inode:
-                os.unlink(self.path)
+        remove_socket(self.path, self._inode)
 
     # ------------------------------------------------------------------ sessions
 
