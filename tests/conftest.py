@@ -9,11 +9,14 @@ on its stdout, a sample frame carrying the awaited value. Never by sleeping.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -224,3 +227,58 @@ def registry(proc_tree: ProcTree) -> Iterator[Registry]:
     reg = Registry(proc_tree.procfs())
     yield reg
     reg.close()
+
+
+# --------------------------------------------------------------------------- a second user
+
+#: An unprivileged user for the access and security tests (created when missing).
+TEST_USER = "memagent-test"
+
+
+@pytest.fixture(scope="session")
+def test_user() -> pwd.struct_passwd:
+    if os.geteuid() != 0:
+        pytest.skip("creating a second user needs root")
+    try:
+        return pwd.getpwnam(TEST_USER)
+    except KeyError:
+        pass
+    if shutil.which("useradd") is None:
+        pytest.skip("no useradd to create a test user")
+    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER],
+                   check=True, capture_output=True)
+    return pwd.getpwnam(TEST_USER)
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[str]:
+    """A socket directory another user can traverse (pytest's tmp_path is 0700)."""
+    path = tempfile.mkdtemp(prefix="memagent-acl-", dir="/tmp")
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def as_user(user: pwd.struct_passwd, fn: Callable[[], object]) -> object:
+    """Run ``fn`` in a forked child with the user's credentials; return its JSON result."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: drop privileges, connect as that user
+        code = 0
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+            result = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the test
+            result, code = {"error": f"{type(exc).__name__}: {exc}"}, 1
+        os.write(w, json.dumps(result).encode())
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    out = json.loads(data)
+    assert os.waitstatus_to_exitcode(status) == 0, out
+    return out

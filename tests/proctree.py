@@ -11,6 +11,7 @@ child of 4242, uid 1000) and 4244 ``(weird) name)`` (child of 4242, uid 1001).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -39,6 +40,10 @@ class ProcTree:
             (root / rel).write_bytes(data)
         for pid in (TRAINER, ZOMBIE, WEIRD):
             self.write(pid, "clear_refs", b"")  # reset-peaks writes "5" to it
+            # As on /proc, a (dumpable) process's files belong to its owner.
+            uid = int(re.search(r"^Uid:\s*(\d+)", self.read(pid, "status"), re.M).group(1))  # type: ignore[union-attr]
+            for path in (root / str(pid), *(root / str(pid)).iterdir()):
+                os.chown(path, uid, -1)
 
     def procfs(self) -> ProcFS:
         return ProcFS(root=str(self.root))

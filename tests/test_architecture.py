@@ -22,8 +22,8 @@ KERNEL_PREFIXES = ("/proc", "/sys", "/dev/kmsg")
 ALLOWED = {
     ("config.py", "open"): "the TOML configuration file, not a kernel file",
     ("cli/main.py", "os.open"): "/dev/null over a closed stdout (| head)",
-    ("serve/server.py", "os.stat"): "the daemon's own socket file",
-    ("serve/server.py", "os.lstat"): "the daemon's own socket file",
+    ("serve/listen.py", "os.stat"): "the daemon's own socket file and its directories",
+    ("serve/listen.py", "os.lstat"): "the daemon's own socket file and its directories",
 }
 
 

@@ -16,6 +16,7 @@ import resource
 import time
 
 from memproto.records import Alert
+from memproto.text import printable
 from memproto.vocabulary import AlertState
 
 from .alerting.engine import AlertEngine
@@ -31,6 +32,7 @@ from .proc.nvml import Nvml
 from .proc.procfs import ProcFS
 from .serve.access import AccessPolicy, resolve_group
 from .serve.dispatch import Dispatcher
+from .serve.pacing import Pacer
 from .serve.server import Server
 from .serve.status import StatusReport
 
@@ -65,10 +67,13 @@ class Agent:
         self._scan_every = max(1, round(config.scan_interval / config.interval))
         self.stacks = StackCollector(config.stacks)
         self.gpu = GpuSampler(self.registry, Nvml(), round(config.status_refresh / config.interval))
-        self.hooks = HookRunner(config.alerts.hook, config.alerts.hook_timeout)
+        a = config.alerts
+        self.hooks = HookRunner(a.hook, a.hook_timeout, user=a.hook_user, min_interval=a.hook_min_interval,
+                                rate=a.hook_rate, burst=a.hook_burst)
         self.alerts = AlertEngine(self.registry, config.headroom, config.alerts, self.deliver_alert,
                                   self.stacks.peak_text)
-        self.dispatcher = Dispatcher(self.registry, self.stacks, lambda access: self.report.build(access))
+        self.dispatcher = Dispatcher(self.registry, self.stacks, lambda access: self.report.build(access),
+                                     Pacer(self.ticker))
         self.server = Server(
             config.socket,
             policy=AccessPolicy(resolve_group(config.admin_group, "admin_group"), self.procfs),
@@ -76,6 +81,8 @@ class Agent:
             interval=config.interval,
             socket_gid=resolve_group(config.socket_group, "socket_group"),
             max_clients=config.max_clients,
+            max_clients_per_uid=config.max_clients_per_uid,
+            idle_timeout=config.client_idle_timeout,
         )
         self.registry.events = self.server
         self.stacks.on_state = self.server.stack_state
@@ -98,8 +105,8 @@ class Agent:
     def deliver_alert(self, alert: Alert) -> None:
         """Every way an alert leaves the daemon: log line, protocol frame, hook."""
         level = logging.WARNING if alert.state == AlertState.FIRING else logging.INFO
-        log.log(level, "alert %s %s %s [%s]: %s", alert.kind, alert.state, alert.severity, alert.resource,
-                alert.message)
+        log.log(level, "alert %s %s %s [%s]: %s", alert.kind, alert.state, alert.severity,
+                printable(alert.resource), printable(alert.message))
         self.server.publish_alert(alert, self.registry)
         self.hooks.submit(alert)
 

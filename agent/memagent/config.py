@@ -10,6 +10,7 @@ binary; KB/MB/GB/TB are decimal).
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import sys
 from collections.abc import Callable
@@ -24,6 +25,9 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 DEFAULT_PATH = "/etc/memagent/memagent.toml"
+#: Of ``[clients] max``, these are only for root and admin-group clients: a crowd of one
+#: user's connections never locks an operator out.
+RESERVED_FOR_ADMINS = 8
 MiB = 1024 * 1024
 
 _UNITS = {
@@ -69,6 +73,14 @@ class AlertConfig:
     hysteresis: float = 0.05
     hook: list[str] = field(default_factory=list)
     hook_timeout: float = 5.0
+    #: Whom the hook runs as when the daemon is root (a user name or a numeric UID).
+    hook_user: str = "nobody"
+    #: Per alert key (kind, resource): at most one hook run per this many seconds; a newer
+    #: alert of the key waits, the latest one per key (see :mod:`memagent.alerting.hooks`).
+    hook_min_interval: float = 10.0
+    #: For the whole daemon: hook runs per second, and how many at once after a lull.
+    hook_rate: float = 1.0
+    hook_burst: int = 5
     #: Memory PSI ``some avg10`` (percent of time stalled) that fires a pressure alert.
     pressure_threshold: float = 10.0
     #: Leak: growth over ``leak_window`` seconds of at least ``leak_min_rate`` bytes a minute,
@@ -120,7 +132,12 @@ class AgentConfig:
     status_refresh: float = 1.0
     scan_interval: float = 1.0
     max_exited: int = 256
+    #: Connections at once; the last 8 are kept for root and admin-group clients.
     max_clients: int = 64
+    #: Connections one non-admin UID may hold at once.
+    max_clients_per_uid: int = 8
+    #: A client neither subscribed nor sending requests for this long is closed (seconds).
+    client_idle_timeout: float = 60.0
     #: Read GPU memory through NVML (when a driver is there).
     gpu: bool = True
     stacks: StackConfig = field(default_factory=StackConfig)
@@ -164,6 +181,28 @@ def _str_list(v: object, key: str) -> list[str]:
     return list(v)
 
 
+def _count(v: object, key: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ConfigError(key, f"expected a whole number, got {v!r}")
+    if v < 1:
+        raise ConfigError(key, f"out of range: {v}")
+    return v
+
+
+def lookup_user(name: str, key: str = "alerts.hook_user") -> pwd.struct_passwd:
+    """The user database's entry for a user name or a numeric UID; ConfigError if none."""
+    try:
+        return pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+    except (KeyError, OverflowError):
+        raise ConfigError(key, f"no such user: {name!r}") from None
+
+
+def _user(v: object, key: str) -> str:
+    name = _str(v, key)
+    lookup_user(name, key)
+    return name
+
+
 def _size(v: object, key: str) -> int:
     return parse_size(v, key)
 
@@ -194,6 +233,10 @@ SCHEMA: dict[str, dict[str, Check] | Check] = {
         "hysteresis": _float(0.0, 0.5, exclusive_lo=False),
         "hook": _str_list,
         "hook_timeout": _float(),
+        "hook_user": _user,
+        "hook_min_interval": _float(0.0, exclusive_lo=False),
+        "hook_rate": _float(),
+        "hook_burst": _count,
         "pressure_threshold": _float(0.0, 100.0),
         "leak_window": _float(),
         "leak_min_rate": _size,
@@ -201,6 +244,7 @@ SCHEMA: dict[str, dict[str, Check] | Check] = {
         "recent": _float(),
     },
     "budgets": _budgets,
+    "clients": {"max": _count, "max_per_uid": _count, "idle_timeout": _float()},
 }
 
 
@@ -279,8 +323,11 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
         interval=("interval", "interval"), auto=("auto", "auto"), auto_label=("auto_label", "auto_label"),
         admin_group=("admin_group", "admin_group"), socket_group=("socket_group", "socket_group"),
         history_seconds=("history", "history"), status_refresh=("status_refresh", "status_refresh"),
-        gpu=(None, "gpu.enabled"),
+        gpu=(None, "gpu.enabled"), max_clients=(None, "clients.max"),
+        max_clients_per_uid=(None, "clients.max_per_uid"), client_idle_timeout=(None, "clients.idle_timeout"),
     ))
+    if config.max_clients <= RESERVED_FOR_ADMINS:
+        raise ConfigError("clients.max", f"must be above the {RESERVED_FOR_ADMINS} connections kept for root")
     if flags.get("no_gpu"):
         config.gpu = False
     return config

@@ -5,7 +5,16 @@ big-endian length prefix. This package is pure: encoding, decoding, validation a
 framing, no sockets and no policy. See ``docs/protocol.md``.
 """
 
-from .codec import UnknownFrameType, decode, decode_body, encode, encode_history_ok, encode_sample, unpack
+from .codec import (
+    ListFrameEncoder,
+    UnknownFrameType,
+    decode,
+    decode_body,
+    encode,
+    encode_history_ok,
+    encode_sample,
+    unpack,
+)
 from .errors import FrameTooLarge, IncompatibleVersion, ProtocolError
 from .frames import *  # noqa: F403
 from .frames import FRAME_TYPES, Frame
@@ -25,6 +34,7 @@ __all__ = [
     "FrameBuffer",
     "FrameTooLarge",
     "IncompatibleVersion",
+    "ListFrameEncoder",
     "ProtocolError",
     "UnknownFrameType",
     "compatible",

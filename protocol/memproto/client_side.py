@@ -1,12 +1,21 @@
 """What every client does the same way, sans I/O: the hello it sends, the check of the
 daemon's hello, and decoding what the daemon pushes while ignoring frame types a newer
-daemon may add, and the errors a client raises. The blocking CLI client and memtop's asyncio
-link both use it.
+daemon may add, the check of who serves the socket, and the errors a client raises. The
+blocking CLI client and memtop's asyncio link both use it.
+
+Who serves: right after ``connect``, before the hello, a client reads the server's UID
+from the kernel (``SO_PEERCRED``: the listener's credentials, which it cannot forge) and
+talks only to root, to its own UID, or to the UID named by ``$MEMAGENT_DAEMON_UID`` (a
+daemon run as a dedicated user); anyone else may have put their own listener at the path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+import pwd
+import socket
+import struct
+from collections.abc import Iterable, Mapping
 
 from .codec import UnknownFrameType, decode
 from .errors import ProtocolError
@@ -26,6 +35,53 @@ def check_server_hello(frame: Frame) -> Hello:
     if frame.version[0] != PROTOCOL_MAJOR:
         raise ProtocolError(f"daemon speaks protocol v{frame.version[0]}, this client v{PROTOCOL_MAJOR}")
     return frame
+
+
+#: Names one more UID (a number or a user name) whose daemon clients trust.
+TRUST_ENV = "MEMAGENT_DAEMON_UID"
+
+
+def check_server_uid(server_uid: int, my_uid: int, trusted: Iterable[int] = (), path: str = "") -> None:
+    """Accept a daemon run by root, by ``my_uid`` or by one of ``trusted``; else
+    :class:`UntrustedDaemon`."""
+    extra = tuple(trusted)
+    if server_uid not in (0, my_uid, *extra):
+        raise UntrustedDaemon(path, server_uid, my_uid, extra)
+
+
+def trusted_uids(environ: Mapping[str, str] = os.environ) -> tuple[int, ...]:
+    """The UID ``$MEMAGENT_DAEMON_UID`` names, if set (a number or a user name);
+    ValueError if it names no user."""
+    value = environ.get(TRUST_ENV, "").strip()
+    if not value:
+        return ()
+    if value.isdigit():
+        return (int(value),)
+    try:
+        return (pwd.getpwnam(value).pw_uid,)
+    except KeyError:
+        raise ValueError(f"{TRUST_ENV}={value!r} names no user") from None
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The UID of the process at the other end of a connected Unix socket (the kernel's
+    ``SO_PEERCRED``: for a client, the daemon's UID when it called ``listen``)."""
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return int(uid)
+
+
+def check_server(sock: socket.socket, path: str) -> int:
+    """Check who serves ``sock`` (connected to ``path``) against root, our effective UID
+    and ``$MEMAGENT_DAEMON_UID``; returns the daemon's UID or raises :class:`UntrustedDaemon`."""
+    uid, me = peer_uid(sock), os.geteuid()
+    if uid in (0, me):
+        return uid
+    try:
+        trusted = trusted_uids()
+    except ValueError as exc:
+        raise UntrustedDaemon(path, uid, me, note=str(exc)) from None
+    check_server_uid(uid, me, trusted, path)
+    return uid
 
 
 def decode_from_server(payloads: Iterable[bytes]) -> list[Frame]:
@@ -64,3 +120,18 @@ class RequestFailed(ClientError):
     def __init__(self, error: Error) -> None:
         self.code = error.code
         super().__init__(error.message)
+
+
+class UntrustedDaemon(ConnectionLost):
+    """The socket is served by a UID the client does not trust: it hung up before the
+    hello. (A :class:`ConnectionLost`: the link is not open, and whatever handles a lost
+    link, the CLI's exit 1 or memtop's retry, handles this too.)"""
+
+    def __init__(self, path: str, server_uid: int, my_uid: int, trusted: tuple[int, ...] = (),
+                 note: str = "") -> None:
+        self.path = path
+        self.server_uid = server_uid
+        who = ", ".join(["root", *([f"uid {my_uid}"] if my_uid else []),
+                         *(f"uid {u} ({TRUST_ENV})" for u in trusted)])
+        hint = note or f"set {TRUST_ENV} to trust another owner"
+        super().__init__(f"refusing the daemon at {path}: it runs as uid {server_uid} (trusted: {who}); {hint}")

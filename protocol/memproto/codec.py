@@ -57,36 +57,66 @@ def encode_sample(
     return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
 
 
+class ListFrameEncoder:
+    """A frame whose last field is one long list, packed item by item: the agent never
+    holds the whole list as plain Python values at once (1000 x 600 ints of a history),
+    and it can stop between items to let its tick run (see ``memagent.serve.pacing``).
+
+    ``fixed`` are the frame's other fields (wire values or records); ``count`` items
+    must then be :meth:`add`-ed: records (dataclasses) or already plain maps.
+    """
+
+    def __init__(self, tag: str, fixed: dict[str, Any], field: str, count: int) -> None:
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+        self._left = count
+        self._packer.pack_map_header(len(fixed) + 3)
+        for key, value in (("t", tag), ("v", PROTOCOL_MAJOR), *fixed.items()):
+            self._packer.pack(key)
+            self._packer.pack(to_wire(value))
+        self._packer.pack(field)
+        self._packer.pack_array_header(count)
+
+    def add(self, item: Any) -> None:
+        if self._left <= 0:
+            raise ValueError("more items than announced")
+        self._left -= 1
+        self._packer.pack(to_wire(item))
+
+    @property
+    def size(self) -> int:
+        """Bytes packed so far (to stop before a frame grows past the limit)."""
+        return len(self._packer.getbuffer())
+
+    def bytes(self) -> bytes:
+        if self._left:
+            raise ValueError(f"{self._left} items announced but not added")
+        return self._packer.bytes()  # type: ignore[no-any-return]
+
+
 def encode_history_ok(request_id: int, step: float, series: Iterable[Series], count: int) -> bytes:
-    """A ``history_ok`` frame encoded series by series, so that the agent never holds the
-    values of every process as Python objects at once (1000 x 600 ints)."""
-    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
-    packer.pack_map_header(5)
-    for key, value in (("t", "history_ok"), ("v", PROTOCOL_MAJOR), ("id", request_id), ("step", step)):
-        packer.pack(key)
-        packer.pack(value)
-    packer.pack("series")
-    packer.pack_array_header(count)
+    """A ``history_ok`` frame encoded series by series (:class:`ListFrameEncoder`)."""
+    encoder = ListFrameEncoder("history_ok", {"id": request_id, "step": step}, "series", count)
     for s in series:
-        packer.pack({"pid": s.pid, "start_time": s.start_time, "end_time": s.end_time, "rss_bytes": s.rss_bytes})
-    return packer.bytes()  # type: ignore[no-any-return]
+        encoder.add({"pid": s.pid, "start_time": s.start_time, "end_time": s.end_time, "rss_bytes": s.rss_bytes})
+    return encoder.bytes()
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:
     raise ValueError(f"msgpack ext type {code} is not used by this protocol")
 
 
-def unpack(payload: bytes) -> Any:
-    """msgpack bytes to Python values under the limits of :mod:`memproto.limits`."""
+def unpack(payload: bytes, *, request: bool = False) -> Any:
+    """msgpack bytes to Python values under the limits of :mod:`memproto.limits`; with
+    ``request`` (a server reading a client), under the far smaller request limits."""
     try:
         return msgpack.unpackb(
             payload,
             raw=False,
             strict_map_key=True,
-            max_str_len=limits.MAX_STR_LEN,
-            max_bin_len=limits.MAX_BIN_LEN,
-            max_array_len=limits.MAX_ARRAY_LEN,
-            max_map_len=limits.MAX_MAP_LEN,
+            max_str_len=limits.MAX_REQUEST_STR_LEN if request else limits.MAX_STR_LEN,
+            max_bin_len=0 if request else limits.MAX_BIN_LEN,
+            max_array_len=limits.MAX_REQUEST_PIDS if request else limits.MAX_ARRAY_LEN,
+            max_map_len=limits.MAX_REQUEST_MAP_LEN if request else limits.MAX_MAP_LEN,
             max_ext_len=0,
             ext_hook=_refuse_ext,
         )

@@ -25,3 +25,13 @@ MAX_ARRAY_LEN: Final = 1_000_000
 #: Most keys in one map.
 MAX_MAP_LEN: Final = 256
 # Nesting depth is bounded by msgpack's own unpacker stack (1024 levels -> an error).
+
+# What a server accepts in a request: far less, so that decoding one costs microseconds and
+# nothing in it can make the daemon do (or hold) much. See docs/security.md.
+#: Most PIDs in one request (attach, detach, reset_peaks, history); a bigger array is refused
+#: while unpacking, before it is built.
+MAX_REQUEST_PIDS: Final = 4096
+#: Longest string in a request (labels have their own, shorter rule: memproto.text).
+MAX_REQUEST_STR_LEN: Final = 1024
+#: Most keys in one request map.
+MAX_REQUEST_MAP_LEN: Final = 32

@@ -83,3 +83,5 @@ class ErrorCode:
     VERSION: Final = "version"
     BUSY: Final = "busy"
     TOO_LARGE: Final = "too_large"
+    #: A client neither subscribed nor sending requests was closed (v1.4).
+    IDLE: Final = "idle"

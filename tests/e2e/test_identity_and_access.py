@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Daemon, MiB, Target, wait_sample
+from conftest import TEST_USER, Daemon, MiB, Target, as_user, wait_sample
 
 from memagent.cli.client import Client
 from memproto.frames import Attached, Exited, Sample
-
-TEST_USER = "memagent-test"
 
 
 def _spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes] | None:
@@ -68,55 +64,6 @@ def test_reused_pid_is_never_mistaken_for_the_old_process(
 # --------------------------------------------------------------------------- access
 
 
-@pytest.fixture(scope="module")
-def test_user() -> pwd.struct_passwd:
-    if os.geteuid() != 0:
-        pytest.skip("creating a second user needs root")
-    try:
-        return pwd.getpwnam(TEST_USER)
-    except KeyError:
-        pass
-    if shutil.which("useradd") is None:
-        pytest.skip("no useradd to create a test user")
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER],
-                   check=True, capture_output=True)
-    return pwd.getpwnam(TEST_USER)
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[str]:
-    """A socket directory another user can traverse (pytest's tmp_path is 0700)."""
-    path = tempfile.mkdtemp(prefix="memagent-acl-", dir="/tmp")
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _as_user(user: pwd.struct_passwd, fn: Callable[[], object]) -> object:
-    """Run ``fn`` in a forked child with the user's credentials; return its JSON result."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: drop privileges, connect as that user
-        code = 0
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(user.pw_gid)
-            os.setuid(user.pw_uid)
-            result = fn()
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the test
-            result, code = {"error": f"{type(exc).__name__}: {exc}"}, 1
-        os.write(w, json.dumps(result).encode())
-        os._exit(code)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
-    _, status = os.waitpid(pid, 0)
-    out = json.loads(data)
-    assert os.waitstatus_to_exitcode(status) == 0, out
-    return out
-
-
 def test_unprivileged_client_sees_and_touches_only_its_own_processes(
     test_user: pwd.struct_passwd,
     shared_dir: str,
@@ -150,7 +97,7 @@ def test_unprivileged_client_sees_and_touches_only_its_own_processes(
                     "watched": status.watched,
                 }
 
-        out = _as_user(test_user, unprivileged)
+        out = as_user(test_user, unprivileged)
         assert out["denied"] == [[root_target.pid, "permission_denied", f"permission denied: {root_target.pid}"]]
         assert out["own"] == [theirs.pid]
         assert out["listed"] == [theirs.pid]
@@ -177,7 +124,7 @@ def test_socket_is_closed_to_users_outside_its_group(
         except PermissionError:
             return "denied"
 
-    assert _as_user(test_user, try_connect) == "denied"
+    assert as_user(test_user, try_connect) == "denied"
 
 
 def test_admin_group_sees_everything(
@@ -194,7 +141,7 @@ def test_admin_group_sees_everything(
         with Client(d.socket) as uc:
             return [p.pid for p in uc.attach([root_target.pid]).attached]
 
-    assert _as_user(test_user, admin) == [root_target.pid]
+    assert as_user(test_user, admin) == [root_target.pid]
 
 
 # --------------------------------------------------------------------------- auto-attach

@@ -2,7 +2,8 @@
 what the app's connection worker does with it (:class:`Connector`). Widgets never see it.
 
 :class:`DaemonLink` raises the client errors every client shares
-(:mod:`memproto.client_side`): :class:`DaemonNotRunning`, :class:`ConnectionLost` and
+(:mod:`memproto.client_side`): :class:`DaemonNotRunning`, :class:`ConnectionLost` (and
+:class:`UntrustedDaemon`: the socket is served by a UID we do not trust) and
 :class:`RequestFailed` (the daemon refused the hello).
 """
 
@@ -27,6 +28,7 @@ from memproto.client_side import (
     ConnectionLost,
     DaemonNotRunning,
     RequestFailed,
+    check_server,
     check_server_hello,
     client_hello,
     decode_from_server,
@@ -54,11 +56,13 @@ class DaemonLink:
 
     async def open(self, timeout: float = 5.0) -> Hello:
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(self.path), timeout
-            )
+            self._reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(self.path), timeout)
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             raise DaemonNotRunning(self.path) from None
+        self._writer = writer
+        # Before a byte is sent: a daemon of root, of ours or of $MEMAGENT_DAEMON_UID, else
+        # UntrustedDaemon (the connector shows it and retries; no embedded agent for it).
+        check_server(writer.get_extra_info("socket"), self.path)
         self.send(client_hello(SOFTWARE))
         first = await asyncio.wait_for(self.recv(), timeout)
         if isinstance(first, Error):

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 
 from memproto.records import Alert, Contributor, Headroom
+from memproto.text import printable
 from memproto.units import format_size
 from memproto.vocabulary import AlertKind, AlertState, OomSource, Severity
 
@@ -97,14 +98,14 @@ class AlertEngine:
         for view in views:
             if view.ratio is None or (unsure and view.resource == "host"):
                 continue
-            what = "host memory" if view.resource == "host" else view.name
+            what = "host memory" if view.resource == "host" else printable(view.name)
             self.book.evaluate(Reading(
                 AlertKind.HEADROOM, view.resource, view.ratio, c.warn_fraction, c.critical_fraction, "ratio",
                 f"Σ peaks {_size(view.sum_peaks_bytes)} would use {view.ratio:.0%} of the "
                 f"{_size(view.capacity_bytes)} headroom of {what}", view.top,
             ))
         for uuid in self.book.resources(AlertKind.HEADROOM) - {v.resource for v in views}:
-            self.book.clear(AlertKind.HEADROOM, uuid, f"resolved: {uuid} is no longer sampled")
+            self.book.clear(AlertKind.HEADROOM, uuid, f"resolved: {printable(uuid)} is no longer sampled")
         self._pressure()
         self._budgets(watched)
         if now >= self._next_leak:
@@ -124,12 +125,14 @@ class AlertEngine:
 
     def _budgets(self, watched: list[Watched]) -> None:
         for label, budget in self.config.budgets.items():
-            mine = [w for w in watched if w.label == label]
+            # Only labels the operator set (config, auto-attach, root or admin clients):
+            # another user cannot push its processes into (or out of) a budget of theirs.
+            mine = [w for w in watched if w.label == label and w.label_trusted]
             total = sum(contribution(w) for w in mine)
             top = [Contributor(w.pid, label, contribution(w)) for w in sorted(mine, key=contribution, reverse=True)]
             self.book.evaluate(Reading(
                 AlertKind.BUDGET, label, total / budget if budget else 0.0, 1.0, 1.25, "ratio",
-                f"label {label!r}: Σ peaks {_size(total)} of a {_size(budget)} budget", top[:5],
+                f"label '{printable(label)}': Σ peaks {_size(total)} of a {_size(budget)} budget", top[:5],
             ))
 
     def _leaks(self, now: float, host: Headroom) -> None:
@@ -151,7 +154,7 @@ class AlertEngine:
             eta = left / rate if rate and rate > 0 else None
             leaking = per_min >= c.leak_min_rate and eta is not None and eta <= c.leak_horizon
             name = w.label or w.name
-            message = (f"{name} ({w.pid}) grows {_size(int(per_min))}/min over {c.leak_window:g} s"
+            message = (f"{printable(name)} ({w.pid}) grows {_size(int(per_min))}/min over {c.leak_window:g} s"
                        + (f"; the headroom is gone in {eta / 60:.1f} min at this pace" if eta is not None else ""))
             critical = per_min if leaking and eta is not None and eta <= c.leak_horizon / 6 else float("inf")
             self.book.evaluate(Reading(
@@ -181,7 +184,7 @@ class AlertEngine:
         self.book.event(Alert(
             id=0, kind=AlertKind.OOM_KILL, state=AlertState.FIRING, severity=Severity.CRITICAL, resource=f"pid:{w.pid}",
             value=float(w.peak), threshold=0.0, unit="bytes", time=now, pid=w.pid, source=source,
-            message=f"{name} ({w.pid}) was killed by the OOM killer"
+            message=f"{printable(name)} ({w.pid}) was killed by the OOM killer"
                     + (" (inferred: SIGKILL at high memory)" if source == OomSource.INFERRED else "")
                     + f"; its peak was {_size(w.peak)}",
             contributors=[Contributor(w.pid, name, w.peak)], details=details,

@@ -24,6 +24,7 @@ from memproto.client_side import (
     ConnectionLost,
     DaemonNotRunning,
     RequestFailed,
+    check_server,
     check_server_hello,
     client_hello,
     decode_from_server,
@@ -69,6 +70,11 @@ class Client:
         except OSError:
             self._sock.close()
             raise
+        try:
+            check_server(self._sock, path)  # before a byte is sent: is it root's, ours?
+        except BaseException:
+            self._sock.close()
+            raise
         self._buffer = FrameBuffer()
         self._pending: deque[Frame] = deque()
         self._ids = itertools.count(1)
@@ -97,7 +103,10 @@ class Client:
         return self._pending.popleft()
 
     def _handshake(self) -> Hello:
-        self.send(client_hello(SOFTWARE))
+        try:
+            self.send(client_hello(SOFTWARE))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # a daemon that refuses us (busy) may close first: its reason is still to read
         frame = self.recv()
         if isinstance(frame, Error):
             raise RequestFailed(frame)

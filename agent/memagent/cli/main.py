@@ -20,6 +20,7 @@ from memproto.client_side import ConnectionLost, DaemonNotRunning, RequestFailed
 from memproto.paths import socket_path
 from memproto.records import Failure
 from memproto.schema import to_wire
+from memproto.text import label_problem, printable
 from memproto.vocabulary import ErrorCode, StackState
 
 from .. import __version__
@@ -27,13 +28,14 @@ from .. import config as config_file
 from ..config import DEFAULT_PATH as DEFAULT_CONFIG
 from ..errors import ConfigError
 from .client import Client
-from .render import format_stack, format_table, human_bytes, process_json, status_lines
+from .render import format_stack, format_table, frame_text, human_bytes, process_json, status_lines
 
 T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_NO_DAEMON = 2
+EXIT_USAGE = 2
 
 
 def _pid(value: str) -> int:
@@ -125,7 +127,8 @@ def _print_json(value: object) -> None:
 def _report_failures(failed: list[Failure]) -> int:
     for f in failed:
         plain = f.code in (ErrorCode.NO_SUCH_PROCESS, ErrorCode.PERMISSION_DENIED)
-        print(f.message if plain else f"{f.code}: {f.message}", file=sys.stderr)
+        message = printable(f.message)
+        print(message if plain else f"{printable(f.code)}: {message}", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -148,10 +151,14 @@ def _results(args: argparse.Namespace, items: Sequence[T], as_json: Callable[[T]
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
+    problem = None if args.label is None else label_problem(args.label)
+    if problem is not None:
+        print(f"memagent attach: --label: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     with _connect(args) as c:
         reply = c.attach(args.pids, args.label, args.children)
-    return _results(args, reply.attached, process_json, lambda p: f"attached {p.pid} ({p.label or p.name})",
-                    reply.failed)
+    return _results(args, reply.attached, process_json,
+                    lambda p: f"attached {p.pid} ({printable(p.label or p.name)})", reply.failed)
 
 
 def cmd_detach(args: argparse.Namespace) -> int:
@@ -198,7 +205,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({k: v for k, v in to_wire(reply).items() if k != "id"})
         return status
-    print(f"{reply.pid}: stack state {reply.state}" + (f": {reply.message}" if reply.message else ""))
+    print(f"{reply.pid}: stack state {reply.state}" + (f": {printable(reply.message)}" if reply.message else ""))
     if reply.latest:
         print("\n".join(format_stack(reply.latest, "latest stack")))
     if reply.at_peak and reply.at_peak != reply.latest:
@@ -206,7 +213,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
     if reply.by_line:
         print("where memory grew (attributed to the next stack taken; correlation, not proof):")
         for s in reply.by_line[:10]:
-            print(f"  {human_bytes(s.bytes):>10}  {s.samples:>4}x  {s.function} ({s.filename}:{s.line})")
+            print(f"  {human_bytes(s.bytes):>10}  {s.samples:>4}x  {frame_text(s.function, s.filename, s.line)}")
     return status
 
 

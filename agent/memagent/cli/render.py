@@ -8,6 +8,7 @@ from typing import Any
 
 from memproto.records import DaemonStatus, ProcessInfo, StackDump
 from memproto.schema import to_wire
+from memproto.text import printable
 from memproto.units import format_size
 
 
@@ -27,10 +28,10 @@ def format_table(processes: list[ProcessInfo]) -> str:
               f"{'STATE':<6} COMMAND")
     lines = [header]
     for p in sorted(processes, key=lambda p: p.rss_peak_bytes, reverse=True):
-        name = p.label or p.name
+        name = printable(p.label or p.name)
         state = "alive" if p.alive else "exited"
         peak = human_bytes(p.rss_peak_bytes) + ("" if p.rss_peak_exact else "~")
-        cmd = " ".join(p.cmdline)[:60]
+        cmd = printable(" ".join(p.cmdline))[:60]
         vram = ""
         if gpu:
             vpeak = human_bytes(p.vram_peak_bytes) + ("" if p.vram_peak_exact or p.vram_peak_bytes is None else "~")
@@ -44,7 +45,7 @@ def format_table(processes: list[ProcessInfo]) -> str:
 
 def status_lines(status: DaemonStatus) -> list[str]:
     """``memagent status`` without ``--json``."""
-    lines = [f"{status.software}, pid {status.pid}, uid {status.uid}, socket {status.socket}",
+    lines = [f"{status.software}, pid {status.pid}, uid {status.uid}, socket {printable(status.socket)}",
              f"watching {status.watched} processes ({status.alive} alive), {status.clients} clients"]
     t = status.tick
     lines.append(f"interval {status.interval:g} s: {t.ticks} ticks, mean {t.mean_interval * 1000:.1f} ms, "
@@ -57,19 +58,25 @@ def status_lines(status: DaemonStatus) -> list[str]:
         lines.append(f"GPU memory: not available ({status.gpu_note or 'unknown reason'})")
     for g in status.gpus:
         state = "LOST" if g.lost else f"{human_bytes(g.used_bytes)} used of {human_bytes(g.total_bytes)}"
-        lines.append(f"GPU {g.index}: {g.name} {g.uuid}: {state}")
+        lines.append(f"GPU {g.index}: {printable(g.name)} {printable(g.uuid)}: {state}")
     for hr in status.headroom:
         ratio = f"{hr.ratio:.0%}" if hr.ratio is not None else "n/a"
-        lines.append(f"headroom {hr.name}: Σ peaks {human_bytes(hr.sum_peaks_bytes)} of "
+        lines.append(f"headroom {printable(hr.name)}: Σ peaks {human_bytes(hr.sum_peaks_bytes)} of "
                      f"{human_bytes(hr.capacity_bytes)} ({ratio})" + (" [configured]" if hr.configured else ""))
     if status.pressure is not None:
         lines.append(f"memory pressure (PSI some avg10): {status.pressure:.1f}%")
     for a in status.alerts_active:
-        lines.append(f"ALERT {a.severity} {a.kind} [{a.resource}]: {a.message}")
+        lines.append(f"ALERT {printable(a.severity)} {printable(a.kind)} [{printable(a.resource)}]: "
+                     f"{printable(a.message)}")
     if not status.host_pid_namespace:
         lines.append("warning: the daemon is in a nested PID namespace; NVML's host PIDs will not match "
                      "(run it in the host PID namespace)")
     return lines
+
+
+def frame_text(function: str, filename: str, line: int | None) -> str:
+    """``function (file:line)``; a watched process chooses its file and function names."""
+    return f"{printable(function)} ({printable(filename)}:{line})"
 
 
 def format_stack(dump: StackDump, title: str) -> list[str]:
@@ -79,6 +86,7 @@ def format_stack(dump: StackDump, title: str) -> list[str]:
     for t in dump.threads:
         mark = "*" if t.thread_id == dump.attributed_thread else " "
         state = "active" if t.active else "idle"
-        lines.append(f" {mark} thread {t.name or t.thread_id} ({state}{', holds the GIL' if t.owns_gil else ''})")
-        lines.extend(f"      {f.name} ({f.filename}:{f.line})" for f in t.frames)
+        lines.append(f" {mark} thread {printable(t.name) if t.name else t.thread_id} "
+                     f"({state}{', holds the GIL' if t.owns_gil else ''})")
+        lines.extend(f"      {frame_text(f.name, f.filename, f.line)}" for f in t.frames)
     return lines

@@ -88,7 +88,10 @@ class Scanner:
                 continue
             self._recheck.pop(pid, None)
             try:
-                self.registry.attach(pid, label=label, children=parent is not None, may_watch=may_watch)
+                watched = self.registry.attach(pid, label=label, children=parent is not None, may_watch=may_watch)
+                if parent is not None:  # a child carries its parent's label, trusted or not
+                    for w in watched:
+                        w.label_trusted = parent.label_trusted
                 attached += 1
             except MemagentError as exc:
                 log.debug("auto-attach of %d skipped: %s", pid, exc)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from memproto.series import PeakSeries
+from memproto.text import printable
 
 from ..errors import AccessDenied, MemagentError, NoSuchProcess
 from ..proc.cgroups import oom_kill_count
@@ -147,11 +148,12 @@ class Registry:
         w.history.add(now, w.rss)
         w.follow_children = children
         w.follow_may_watch = may_watch if children else None
+        w.memory_reader = facts.access.reader
         w.cgroup = self.procfs.memory_cgroup(pid)
         w.oom_count = oom_kill_count(w.cgroup)
         self.entries[w.key] = w
         self._rebuild_alive()
-        log.info("attached %d (%s)%s", pid, facts.stat.comm, f" as {label}" if label else "")
+        log.info("attached %d (%s)%s", pid, printable(facts.stat.comm), f" as {printable(label)}" if label else "")
         self.events.attached(w)
         return w
 
@@ -194,7 +196,7 @@ class Registry:
         if w.alive:
             w.handle.close()
         self._rebuild_alive()
-        log.info("detached %d (%s)", w.pid, w.label or w.name)
+        log.info("detached %d (%s)", w.pid, printable(w.label or w.name))
         self.events.detached(w)
 
     def reset_peaks(self, pid: int, may_watch: MayWatch = anyone, now: float | None = None) -> Watched:
@@ -219,7 +221,7 @@ class Registry:
         for w in gone:
             w.exit_signal = w.handle.exit_signal()  # a zombie still tells how it died
             w.mark_exited(now)
-            log.info("%d (%s) exited; peak %d bytes", w.pid, w.label or w.name, w.peak)
+            log.info("%d (%s) exited; peak %d bytes", w.pid, printable(w.label or w.name), w.peak)
         self._rebuild_alive()
         for w in gone:
             self.events.exited(w)

@@ -101,6 +101,22 @@ class Ticker:
         self.last_duration = 0.0
         self._first: float | None = None
         self._last: float | None = None
+        #: Loop time of the next tick (None until running); see :meth:`due_in`.
+        self.deadline: float | None = None
+        self._ticked: asyncio.Event | None = None
+
+    def due_in(self) -> float:
+        """Seconds until the next tick is due (negative: it is late); infinite when not
+        running. Other work on the loop asks this before a slice, so as not to delay it."""
+        if self.deadline is None:
+            return math.inf
+        return self.deadline - asyncio.get_running_loop().time()
+
+    async def next_tick(self) -> None:
+        """Wait until the next tick has run (at once when not running)."""
+        if self._ticked is None:
+            return
+        await self._ticked.wait()
 
     def stats(self) -> TickStats:
         mean = 0.0
@@ -111,6 +127,8 @@ class Ticker:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time()
+        self.deadline = deadline
+        self._ticked = asyncio.Event()
         while True:
             now_mono = loop.time()
             lateness = now_mono - deadline
@@ -126,10 +144,13 @@ class Ticker:
             except Exception:
                 log.exception("tick failed")
             self.last_duration = time.perf_counter() - started
+            self._ticked.set()
+            self._ticked = asyncio.Event()
             deadline += self.interval
             behind = loop.time() - deadline
             if behind > 0:
                 missed = math.floor(behind / self.interval) + 1
                 self.overruns += missed
                 deadline += missed * self.interval
+            self.deadline = deadline
             await asyncio.sleep(max(0.0, deadline - loop.time()))

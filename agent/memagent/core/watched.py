@@ -58,7 +58,9 @@ class Watched:
         "history",
         "hwm",
         "label",
+        "label_trusted",
         "last_statm",
+        "memory_reader",
         "name",
         "oom_count",
         "peak_exact",
@@ -103,6 +105,12 @@ class Watched:
         self.name = name
         self.cmdline = cmdline
         self.label = label
+        #: False when the label came from a client that does not see everything: it names
+        #: that client's own processes, and the operator's label budgets do not count it.
+        self.label_trusted = True
+        #: The unprivileged UID that may read its memory (its stacks), None: root only
+        #: (see memagent.proc.procfs.MemoryAccess); refreshed when a client asks.
+        self.memory_reader: int | None = None
         self.uid = uid
         self.alive = True
         self.attached_at = attached_at

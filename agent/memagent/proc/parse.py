@@ -73,6 +73,15 @@ def parse_status_uid(data: bytes) -> int:
     return int(data[i + 5 : data.find(b"\n", i + 1)].split()[0])
 
 
+def parse_status_uids(data: bytes) -> tuple[int, int, int, int]:
+    """Real, effective, saved and filesystem UID from the ``Uid:`` line."""
+    i = data.find(b"\nUid:")
+    if i < 0:
+        raise ValueError("status has no Uid line")
+    fields = data[i + 5 : data.find(b"\n", i + 1)].split()
+    return int(fields[0]), int(fields[1]), int(fields[2]), int(fields[3])
+
+
 def parse_status_groups(data: bytes) -> set[int]:
     """Supplementary groups plus the real GID, from ``Groups:`` and ``Gid:``."""
     groups: set[int] = set()

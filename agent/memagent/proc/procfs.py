@@ -43,9 +43,10 @@ from .parse import (
     parse_status_groups,
     parse_status_memory,
     parse_status_uid,
+    parse_status_uids,
 )
 
-__all__ = ["CLOCK_TICKS", "MAX_ARG_CHARS", "MAX_CMDLINE_CHARS", "PAGE_SIZE", "ProcFS", "ProcessFacts",
+__all__ = ["CLOCK_TICKS", "MAX_ARG_CHARS", "MAX_CMDLINE_CHARS", "PAGE_SIZE", "MemoryAccess", "ProcFS", "ProcessFacts",
            "ProcessHandle", "read_boundary", "translate_errors"]
 
 PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE")
@@ -84,6 +85,22 @@ def read_boundary(pid: int) -> Iterator[None]:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryAccess:
+    """Who could read this process's memory (with ptrace or ``process_vm_readv``, as
+    py-spy does) without privileges: its UIDs, and the owner of its /proc files, which the
+    kernel makes root while the process is not dumpable (setuid, ``PR_SET_DUMPABLE 0``)."""
+
+    uids: tuple[int, int, int, int]
+    proc_owner: int
+
+    @property
+    def reader(self) -> int | None:
+        """The one unprivileged UID that may read it, or None: root only."""
+        real, effective, saved, _ = self.uids
+        return real if real == effective == saved == self.proc_owner else None
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessFacts:
     """What attaching a process needs, read at once through its handle."""
 
@@ -92,6 +109,7 @@ class ProcessFacts:
     cmdline: list[str]
     statm: Statm
     memory: StatusMemory
+    access: MemoryAccess
 
 
 class ProcFS:
@@ -216,9 +234,22 @@ class ProcessHandle:
         """Owner, stat, command line and memory, for attaching."""
         with read_boundary(self.pid):
             status = self.status_bytes()
+            access = MemoryAccess(parse_status_uids(status), self._file_owner())
             return ProcessFacts(parse_status_uid(status), parse_stat(self._read_at("stat")),
                                 parse_cmdline(self._read_at("cmdline")), parse_statm(self.statm_bytes()),
-                                parse_status_memory(status))
+                                parse_status_memory(status), access)
+
+    def memory_access(self) -> MemoryAccess:
+        """Who may read this process's memory now (see :class:`MemoryAccess`)."""
+        with read_boundary(self.pid):
+            uids = parse_status_uids(self.status_bytes())
+            return MemoryAccess(uids, self._file_owner())
+
+    def _file_owner(self) -> int:
+        """The owner the kernel gives this process's files now: its effective UID, or root
+        while it is not dumpable (the directory itself keeps the effective UID). A fresh
+        lookup (``stat`` by name): that is when the kernel recomputes it."""
+        return os.stat("status", dir_fd=self._dir).st_uid
 
     def memory(self) -> tuple[Statm, StatusMemory]:
         """statm and the status memory lines, read now."""

@@ -97,8 +97,16 @@ class DumpResult:
 async def dump(py_spy: str, pid: int, timeout: float, now: Callable[[], float], trigger: str, rss: int,
                vram: int | None, pid_alive: Callable[[], bool]) -> DumpResult:
     """Run ``py-spy dump --nonblocking --json`` on ``pid``. ``rss``/``vram`` are the
-    process's memory when the dump was asked for; ``pid_alive`` tells, after a failure,
-    whether the process is still there (it decides between exited and denied)."""
+    process's memory when the dump was asked for.
+
+    py-spy takes a PID, not a pinned process: ``pid_alive`` must say whether *the watched
+    process* (not whatever holds the PID now) still exists, e.g. by a read through its
+    pinned /proc directory. It is asked before the dump and after it: a PID is reused only
+    once its process is gone and reaped, so a process there at both ends held the PID all
+    along and the dump is its own; otherwise the dump is discarded. After a failure it
+    decides between exited and denied."""
+    if not pid_alive():
+        return DumpResult(None, StackState.EXITED, ADVICE[StackState.EXITED])
     env = {**os.environ, "RUST_BACKTRACE": "0"}
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -120,6 +128,9 @@ async def dump(py_spy: str, pid: int, timeout: float, now: Callable[[], float], 
         state, message = classify_failure(err.decode("utf-8", "replace"), pid_alive())
         return DumpResult(None, state, message)
     try:
-        return DumpResult(parse_dump(out, now(), trigger, rss, vram), StackState.OK)
+        taken = parse_dump(out, now(), trigger, rss, vram)
     except (ValueError, TypeError, KeyError) as exc:
         return DumpResult(None, StackState.ERROR, f"unreadable py-spy output: {exc}")
+    if not pid_alive():  # gone during the dump: the PID may have been another process's
+        return DumpResult(None, StackState.EXITED, ADVICE[StackState.EXITED] + " (during the dump: discarded)")
+    return DumpResult(taken, StackState.OK)

@@ -7,11 +7,12 @@ reply holds) read in one place.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from memproto import encode_history_ok
+from memproto import ListFrameEncoder
 from memproto.frames import (
     Ack,
     Attach,
@@ -21,6 +22,7 @@ from memproto.frames import (
     Error,
     Frame,
     History,
+    HistoryOk,
     ListOk,
     ListProcesses,
     ResetPeaks,
@@ -32,7 +34,9 @@ from memproto.frames import (
     Subscribe,
     Unsubscribe,
 )
-from memproto.records import DaemonStatus, Failure, ProcessInfo, Series
+from memproto.limits import MAX_FRAME_BYTES
+from memproto.records import DaemonStatus, Failure, Series
+from memproto.text import label_problem
 from memproto.vocabulary import ErrorCode, StackState
 
 from ..core.registry import Registry
@@ -40,12 +44,16 @@ from ..core.stack_collector import StackCollector
 from ..core.watched import Watched
 from ..errors import MemagentError, ProcessError
 from .access import Access
+from .pacing import Pacer, Slice
 from .session import ClientSession
 
 log = logging.getLogger(__name__)
 
 
 T = TypeVar("T")
+Handler = Callable[["ClientSession", Frame], Awaitable[Frame | bytes | None]]
+#: Fresh stack dumps one client may wait for at once.
+MAX_DEFERRED_STACKS = 4
 
 
 class InvalidPid(ProcessError):
@@ -55,28 +63,48 @@ class InvalidPid(ProcessError):
         super().__init__(pid, f"invalid pid: {pid}")
 
 
-def _each_pid(pids: list[int], act: Callable[[int], list[T]]) -> tuple[list[T], list[Failure]]:
-    """``act`` on each PID of a request: what it gave, and a Failure for each PID it
-    refused (no such process, permission denied, invalid, or the agent out of descriptors)."""
+async def _each_pid(pids: list[int], act: Callable[[int], list[T]], pace: Slice) -> tuple[list[T], list[Failure]]:
+    """``act`` on each PID of a request (each once, in order): what it gave, and a Failure
+    for each PID it refused (no such process, permission denied, invalid, or the agent out
+    of descriptors). The tick runs in between when it is due (:mod:`.pacing`)."""
     done: list[T] = []
     failed: list[Failure] = []
-    for pid in pids:
+    for pid in dict.fromkeys(pids):
         try:
             done.extend(act(pid))
         except MemagentError as exc:
             failed.append(Failure(pid, exc.code, str(exc)))
+        await pace.pause()
     return done, failed
+
+
+async def _encode_list(tag: str, fixed: dict[str, object], field: str, items: Sequence[object], pace: Slice,
+                       request_id: int) -> bytes | Error:
+    """A reply whose last field is a long list, packed item by item between ticks; an
+    error frame instead when it would pass the frame limit (found before it is all built)."""
+    encoder = ListFrameEncoder(tag, fixed, field, len(items))
+    for item in items:
+        encoder.add(item)
+        if encoder.size > MAX_FRAME_BYTES:
+            return Error(request_id, ErrorCode.TOO_LARGE, f"reply over {MAX_FRAME_BYTES} bytes; ask for less")
+        await pace.pause()
+    return encoder.bytes()
 
 
 class Dispatcher:
     """Each request type's handler, over what requests act on: the registry, the stack
-    collector, and the daemon's status (built by the caller, who owns the other parts)."""
+    collector, and the daemon's status (built by the caller, who owns the other parts).
 
-    def __init__(self, registry: Registry, stacks: StackCollector, status: Callable[[Access], DaemonStatus]) -> None:
+    Handlers are coroutines: the long ones (many PIDs, many processes) give the tick its
+    turn between units of work through ``pacer`` (:mod:`.pacing`)."""
+
+    def __init__(self, registry: Registry, stacks: StackCollector, status: Callable[[Access], DaemonStatus],
+                 pacer: Pacer | None = None) -> None:
         self.registry = registry
         self.stacks = stacks
         self.status_of = status
-        self._handlers: dict[type[Frame], Callable[[ClientSession, Frame], Frame | bytes | None]] = {
+        self.pacer = pacer or Pacer()
+        self._handlers: dict[type[Frame], Handler] = {
             Attach: self.attach,  # type: ignore[dict-item]
             Detach: self.detach,  # type: ignore[dict-item]
             ResetPeaks: self.reset_peaks,  # type: ignore[dict-item]
@@ -89,71 +117,99 @@ class Dispatcher:
         }
         self._pending: set[asyncio.Task[None]] = set()
 
-    def handle(self, session: ClientSession, request: Frame) -> Frame | bytes | None:
+    async def handle(self, session: ClientSession, request: Frame) -> Frame | bytes | None:
         """The reply: a frame, an already encoded payload (large replies), or None when
         the handler sends it later itself (a fresh stack dump)."""
         handler = self._handlers.get(type(request))
         if handler is None:
             return Error(getattr(request, "id", None), ErrorCode.UNKNOWN_REQUEST, f"{request.TYPE!r} is not a request")
-        return handler(session, request)
+        return await handler(session, request)
 
-    def attach(self, session: ClientSession, req: Attach) -> AttachOk:
+    async def attach(self, session: ClientSession, req: Attach) -> AttachOk | Error | bytes:
+        if req.label is not None and (problem := label_problem(req.label)) is not None:
+            return Error(req.id, ErrorCode.INVALID, f"label: {problem}")
         may_watch = session.access.may_watch
+        # A label from a client that does not see everything names its own processes only:
+        # the operator's budgets (config) count only labels root, admins or the config set.
+        trusted = session.access.sees_all
 
-        def one(pid: int) -> list[ProcessInfo]:
+        def one(pid: int) -> list[Watched]:
             if pid <= 0:
                 raise InvalidPid(pid)
             watched = self.registry.attach(pid, label=req.label, children=req.children, may_watch=may_watch)
-            return [w.info() for w in watched]
+            if req.label is not None:
+                for w in watched:
+                    w.label_trusted = trusted
+            return watched
 
-        attached, failed = _each_pid(req.pids, one)
-        return AttachOk(req.id, attached, failed)
+        pace = self.pacer.start()
+        attached, failed = await _each_pid(req.pids, one, pace)
+        infos = [w.info() for w in attached]
+        if len(infos) < 200:
+            return AttachOk(req.id, infos, failed)
+        return await _encode_list(AttachOk.TYPE, {"id": req.id, "failed": failed}, "attached", infos, pace, req.id)
 
-    def detach(self, session: ClientSession, req: Detach) -> DetachOk:
+    async def detach(self, session: ClientSession, req: Detach) -> DetachOk:
         may_watch = session.access.may_watch
-        detached, failed = _each_pid(req.pids, lambda pid: [w.ref() for w in self.registry.detach(pid, may_watch)])
+        detached, failed = await _each_pid(
+            req.pids, lambda pid: [w.ref() for w in self.registry.detach(pid, may_watch)], self.pacer.start())
         if req.exited:
             detached.extend(w.ref() for w in self.registry.detach_exited(may_watch))
         return DetachOk(req.id, detached, failed)
 
-    def reset_peaks(self, session: ClientSession, req: ResetPeaks) -> ResetPeaksOk:
+    async def reset_peaks(self, session: ClientSession, req: ResetPeaks) -> ResetPeaksOk:
         may_watch = session.access.may_watch
-        reset, failed = _each_pid(req.pids, lambda pid: [self.registry.reset_peaks(pid, may_watch).info()])
+        reset, failed = await _each_pid(
+            req.pids, lambda pid: [self.registry.reset_peaks(pid, may_watch).info()], self.pacer.start())
         return ResetPeaksOk(req.id, reset, failed)
 
     def _visible(self, session: ClientSession) -> list[Watched]:
         return self.registry.visible(session.access.may_watch)
 
-    def list(self, session: ClientSession, req: ListProcesses) -> ListOk:
-        return ListOk(req.id, [w.info() for w in self._visible(session)])
+    async def list(self, session: ClientSession, req: ListProcesses) -> bytes | Error:
+        """Encoded record by record: 1000 processes cost ~30 ms, cut into slices."""
+        visible = self._visible(session)
+        pace = self.pacer.start()
+        infos = []
+        for w in visible:
+            infos.append(w.info())
+            await pace.pause()
+        return await _encode_list(ListOk.TYPE, {"id": req.id}, "processes", infos, pace, req.id)
 
-    def subscribe(self, session: ClientSession, req: Subscribe) -> Ack:
+    async def subscribe(self, session: ClientSession, req: Subscribe) -> Ack:
         session.subscribed = True
         return Ack(req.id)
 
-    def unsubscribe(self, session: ClientSession, req: Unsubscribe) -> Ack:
+    async def unsubscribe(self, session: ClientSession, req: Unsubscribe) -> Ack:
         session.subscribed = False
         return Ack(req.id)
 
-    def history(self, session: ClientSession, req: History) -> bytes:
-        """Encoded series by series (see :func:`memproto.encode_history_ok`)."""
+    async def history(self, session: ClientSession, req: History) -> bytes | Error:
+        """Encoded series by series, between ticks (see :class:`memproto.ListFrameEncoder`)."""
         wanted = set(req.pids)
         chosen = [w for w in self._visible(session) if not wanted or w.pid in wanted]
+        pace = self.pacer.start()
+        series = []
+        for w in chosen:
+            end, values = w.history.series(req.seconds)
+            series.append(Series(w.pid, w.start_time, end, values))
+            await pace.pause()
+        return await _encode_list(HistoryOk.TYPE, {"id": req.id, "step": self.registry.history_step}, "series",
+                                  series, pace, req.id)
 
-        def series() -> Iterator[Series]:
-            for w in chosen:
-                end, values = w.history.series(req.seconds)
-                yield Series(w.pid, w.start_time, end, values)
-
-        return encode_history_ok(req.id, self.registry.history_step, series(), len(chosen))
-
-    def stack(self, session: ClientSession, req: Stack) -> Frame | None:
+    async def stack(self, session: ClientSession, req: Stack) -> Frame | None:
         candidates = [w for w in self.registry.find(req.pid) if session.access.may_watch(w.uid)]
         if not candidates:
             return Error(req.id, ErrorCode.NO_SUCH_PROCESS, f"no such process: {req.pid} (not watched)")
         w = max(candidates, key=lambda c: (c.alive, c.start_time))
+        refusal = self._stack_refusal(session.access, w)
+        if refusal is not None:
+            return Error(req.id, ErrorCode.PERMISSION_DENIED, refusal)
         if not (req.fresh and w.alive):
             return self._stack_ok(req, w)
+        if session.deferred >= MAX_DEFERRED_STACKS:
+            return Error(req.id, ErrorCode.BUSY, f"{MAX_DEFERRED_STACKS} stack requests of yours are in flight")
+        session.deferred += 1
 
         async def reply_when_taken() -> None:
             try:
@@ -162,11 +218,29 @@ class Dispatcher:
             except MemagentError as exc:
                 log.exception("stack %d failed", req.pid)
                 reply = Error(req.id, ErrorCode.INTERNAL, f"stack failed: {type(exc).__name__}: {exc}")
+            finally:
+                session.deferred -= 1
             session.send(reply)
 
         task = asyncio.ensure_future(reply_when_taken())
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+        return None
+
+    @staticmethod
+    def _stack_refusal(access: Access, w: Watched) -> str | None:
+        """A process's stack is its memory: a client that does not see everything gets it
+        only where its own py-spy could read it: real, effective and saved UID its own, and
+        the process dumpable (not setuid, no ``PR_SET_DUMPABLE 0``). Re-read at each request
+        while the process runs (it may change both); an exited process keeps the last word."""
+        if access.sees_all:
+            return None
+        if w.alive:
+            with contextlib.suppress(MemagentError):  # gone meanwhile: the last word stands
+                w.memory_reader = w.handle.memory_access().reader
+        if w.memory_reader != access.peer.uid:
+            return (f"permission denied: {w.pid} (setuid, changed UIDs or not dumpable: "
+                    "its memory is not readable by you)")
         return None
 
     def _stack_ok(self, req: Stack, w: Watched) -> StackOk:
@@ -179,5 +253,5 @@ class Dispatcher:
         return StackOk(req.id, w.pid, w.start_time, ps.state or StackState.PENDING, ps.message, ps.latest,
                        ps.at_peak, by_line, by_function)
 
-    def status(self, session: ClientSession, req: Status) -> StatusOk:
+    async def status(self, session: ClientSession, req: Status) -> StatusOk:
         return StatusOk(req.id, self.status_of(session.access))

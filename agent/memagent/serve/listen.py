@@ -1,8 +1,20 @@
 """The listening socket: its directory, its file, its mode and group.
 
-Socket file: created with mode 0660 (umask set around ``bind`` so it is never wider),
-optionally chowned to a group whose members may connect. A stale file left by a dead
-daemon is replaced; a live daemon on the path makes :func:`bind_socket` fail.
+The directory. Every entry from ``/`` down to the socket's directory must be owned by us
+(the daemon's effective UID) or by root: a directory not writable by group or others
+unless it is sticky (as ``/tmp`` is), or a symbolic link, whose target is checked the
+same way. Then no other user can put a file, a link or a directory of their own at the
+socket's path, before or after ``bind``. A directory that fails is refused
+(:class:`SocketPathError`, naming it and why), never repaired. Missing directories are
+created by us, mode 0700, or 0755 when the socket is meant for other users too (root's
+daemon, e.g. ``/run/memagent``; a socket group), less the umask: the socket's own mode
+and group are then the gate.
+
+The file. Its mode is set on the socket itself before ``bind`` (``fchmod``: Linux
+creates the file with the socket's mode, less the umask, which is also set to 0117
+around ``bind``), its group with ``lchown``; nothing follows a link at the path. After
+``bind`` the path must be a socket owned by us. A stale socket file of ours is replaced;
+a live daemon on the path is :class:`DaemonAlreadyRunning`; anything else is refused.
 """
 
 from __future__ import annotations
@@ -16,6 +28,11 @@ import stat
 from ..errors import DaemonAlreadyRunning, SocketPathError
 
 log = logging.getLogger(__name__)
+
+SOCKET_MODE = 0o660
+#: A directory we create: only us, or (0755) anyone may reach the socket.
+PRIVATE_DIR_MODE = 0o700
+SHARED_DIR_MODE = 0o755
 
 
 def _daemon_listening(path: str) -> bool:
@@ -33,37 +50,101 @@ def _daemon_listening(path: str) -> bool:
         probe.close()
 
 
-def prepare_path(path: str) -> None:
-    """Make the directory, refuse a live daemon, remove a stale socket file."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
+def _owner(uid: int) -> str:
+    return "root" if uid == 0 else f"uid {uid}"
+
+
+def _trusted(euid: int) -> str:
+    return _owner(euid) + ("" if euid == 0 else " or root")
+
+
+def check_directory(directory: str, st: os.stat_result, euid: int) -> None:
+    """Refuse a directory another user could change (``st`` is its ``lstat``)."""
+    if stat.S_ISLNK(st.st_mode):
+        raise SocketPathError(f"socket directory {directory} is a symbolic link of {_owner(st.st_uid)}, "
+                              f"not of {_trusted(euid)}; not using it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise SocketPathError(f"socket directory {directory} is not a directory; not using it")
+    if st.st_uid not in (euid, 0):
+        raise SocketPathError(f"socket directory {directory} is owned by uid {st.st_uid}, not by "
+                              f"{_trusted(euid)}; not using it")
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise SocketPathError(f"socket directory {directory} is writable by group or others "
+                              f"(mode {stat.S_IMODE(st.st_mode):04o}) and not sticky; not using it")
+
+
+def secure_directory(directory: str, mode: int = PRIVATE_DIR_MODE, *, _depth: int = 0) -> str:
+    """``directory`` with its links resolved, after checking every entry on the way from
+    ``/``: directories with :func:`check_directory`, links followed only when ours or
+    root's; the missing directories are created with ``mode`` (less the umask)."""
+    euid = os.geteuid()
+    current = "/"
+    for part in os.path.abspath(directory).strip("/").split("/"):
+        if not part:
+            continue
+        entry = os.path.join(current, part)
+        try:
+            st = os.lstat(entry)
+        except FileNotFoundError:
+            with contextlib.suppress(FileExistsError):  # raced: whoever made it is checked
+                os.mkdir(entry, mode)
+                log.info("created socket directory %s (mode %04o, less the umask)", entry, mode)
+            st = os.lstat(entry)
+        if stat.S_ISLNK(st.st_mode) and st.st_uid in (euid, 0):
+            if _depth >= 8:
+                raise SocketPathError(f"socket directory {directory}: too many symbolic links")
+            # A link in a checked directory, made by us or root: its target is checked too.
+            current = secure_directory(os.path.realpath(entry), mode, _depth=_depth + 1)
+            continue
+        check_directory(entry, st, euid)
+        current = entry
+    return current
+
+
+def prepare_path(path: str, dir_mode: int = PRIVATE_DIR_MODE) -> str:
+    """Check (and make) the directory, refuse a live daemon or another's file, remove a
+    stale socket file of ours. Returns the path to bind: the directory's links resolved."""
+    real = os.path.join(secure_directory(os.path.dirname(path) or ".", dir_mode), os.path.basename(path))
     try:
-        st = os.lstat(path)
+        st = os.lstat(real)
     except FileNotFoundError:
-        return
+        return real
     if not stat.S_ISSOCK(st.st_mode):
-        raise SocketPathError(f"{path} exists and is not a socket; not replacing it")
-    if _daemon_listening(path):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a socket"
+        raise SocketPathError(f"{path} exists and is {kind}; not replacing it")
+    if _daemon_listening(real):
         raise DaemonAlreadyRunning(path)
+    if st.st_uid != os.geteuid():
+        raise SocketPathError(f"{path} is a stale socket of {_owner(st.st_uid)}; not replacing it")
     log.info("replacing stale socket %s", path)
-    os.unlink(path)
+    os.unlink(real)
+    return real
 
 
 def bind_socket(path: str, gid: int | None) -> tuple[socket.socket, int]:
     """A listening-ready socket bound at ``path`` (mode 0660, group ``gid``), and the
     inode of its file (so that only our own file is removed on the way out)."""
-    prepare_path(path)
+    euid = os.geteuid()
+    shared = euid == 0 or gid is not None
+    real = prepare_path(path, SHARED_DIR_MODE if shared else PRIVATE_DIR_MODE)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        os.fchmod(sock.fileno(), SOCKET_MODE)  # the file bind creates gets this mode
         old = os.umask(0o117)
         try:
-            sock.bind(path)
+            sock.bind(real)
         finally:
             os.umask(old)
+        st = os.lstat(real)
+        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != euid:
+            raise SocketPathError(f"{path} is not our socket after bind; not using it")
         if gid is not None:
-            os.chown(path, -1, gid)
-        os.chmod(path, 0o660)
-        return sock, os.stat(path).st_ino
+            os.chown(real, -1, gid, follow_symlinks=False)
+            st = os.lstat(real)
+        if stat.S_IMODE(st.st_mode) != SOCKET_MODE or (gid is not None and st.st_gid != gid):
+            raise SocketPathError(f"{path} has mode {stat.S_IMODE(st.st_mode):04o} group {st.st_gid} "
+                                  f"after bind, not {SOCKET_MODE:04o}{'' if gid is None else f' group {gid}'}")
+        return sock, st.st_ino
     except BaseException:
         sock.close()
         raise
@@ -72,5 +153,5 @@ def bind_socket(path: str, gid: int | None) -> tuple[socket.socket, int]:
 def remove_socket(path: str, inode: int | None) -> None:
     """Remove the socket file, only if it is still ours (same inode)."""
     with contextlib.suppress(OSError):
-        if os.stat(path).st_ino == inode:
+        if os.lstat(path).st_ino == inode:
             os.unlink(path)

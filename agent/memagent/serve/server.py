@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from memproto import (
@@ -29,6 +29,7 @@ from memproto.records import Alert
 from memproto.vocabulary import ErrorCode
 
 from .. import SOFTWARE
+from ..config import RESERVED_FOR_ADMINS
 from ..core.registry import Registry
 from ..core.watched import Watched
 from ..errors import MemagentError
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT = 10.0
 
+RequestHandler = Callable[[ClientSession, Frame], Awaitable[Frame | bytes | None]]
+
 
 class Server:
     """Owns the listening socket and the sessions; is the registry's event sink."""
@@ -49,10 +52,12 @@ class Server:
         path: str,
         *,
         policy: AccessPolicy,
-        handle_request: Callable[[ClientSession, Frame], Frame | bytes | None],
+        handle_request: RequestHandler,
         interval: float,
         socket_gid: int | None = None,
-        max_clients: int = 64,
+        max_clients: int,
+        max_clients_per_uid: int,
+        idle_timeout: float,
     ) -> None:
         self.path = path
         self.policy = policy
@@ -60,6 +65,8 @@ class Server:
         self.interval = interval
         self.socket_gid = socket_gid
         self.max_clients = max_clients
+        self.max_clients_per_uid = max_clients_per_uid
+        self.idle_timeout = idle_timeout
         self.sessions: set[ClientSession] = set()
         self._server: asyncio.base_events.Server | None = None
         self._inode: int | None = None
@@ -96,35 +103,83 @@ class Server:
             sock = writer.get_extra_info("socket")
             access = self.policy.access(peer_credentials(sock))
             session = ClientSession(reader, writer, access)
-            if len(self.sessions) >= self.max_clients:
-                log.warning("%s refused: %d clients already", session.name, self.max_clients)
-                session.close_with(Error(None, ErrorCode.BUSY, f"too many clients ({self.max_clients})"))
+            refusal = self._refusal(session)
+            if refusal is not None:
+                log.warning("%s refused: %s", session.name, refusal)
+                session.close_with(Error(None, ErrorCode.BUSY, refusal))
                 await session.write_loop()
                 return
             self.sessions.add(session)
             log.debug("%s connected", session.name)
             session.send(Hello(list(PROTOCOL_VERSION), "server", SOFTWARE, self.interval, os.getpid()))
             writer_task = asyncio.ensure_future(session.write_loop())
+            worker = asyncio.ensure_future(self._serve_requests(session))
             hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT, self._hello_timeout, session)
             try:
                 await session.read_loop(MAX_CLIENT_FRAME_BYTES, lambda p: self._on_payload(session, p))
             finally:
                 hello_timer.cancel()
+                worker.cancel()
+                await asyncio.gather(worker, return_exceptions=True)
                 await writer_task
                 self.sessions.discard(session)
                 self._dropped_by_gone += session.dropped
                 log.debug("%s disconnected", session.name)
+        except asyncio.CancelledError:
+            # Only :meth:`close` cancels a session (the daemon stops): end quietly. asyncio's
+            # stream server would log a cancelled connection task as an error.
+            pass
         finally:
             if task is not None:
                 self._tasks.discard(task)
+
+    def _refusal(self, session: ClientSession) -> str | None:
+        """Why this client may not connect now, or None. Root and admins are refused only
+        when every slot is taken; others also past their UID's share, or when only the
+        slots kept for admins are left."""
+        if len(self.sessions) >= self.max_clients:
+            return f"too many clients ({self.max_clients})"
+        if session.access.sees_all:
+            return None
+        if len(self.sessions) >= self.max_clients - RESERVED_FOR_ADMINS:
+            return f"too many clients ({len(self.sessions)}); the last {RESERVED_FOR_ADMINS} slots are for root"
+        uid = session.access.peer.uid
+        mine = sum(1 for s in self.sessions if not s.access.sees_all and s.access.peer.uid == uid)
+        if mine >= self.max_clients_per_uid:
+            return f"too many connections from uid {uid} ({self.max_clients_per_uid})"
+        return None
+
+    async def _serve_requests(self, session: ClientSession) -> None:
+        """A client's requests, one at a time: the next is read off its queue only once
+        the last reply has been written out (one reply at most waits for a slow reader).
+        A client neither subscribed nor asking anything for ``idle_timeout`` is closed."""
+        while not session.closing:
+            try:
+                request_id, frame = await asyncio.wait_for(session.requests.get(), self.idle_timeout)
+            except asyncio.TimeoutError:
+                if session.greeted and not session.subscribed and session.deferred == 0:
+                    log.info("%s idle for %g s: closing", session.name, self.idle_timeout)
+                    session.close_with(Error(None, ErrorCode.IDLE, f"no request for {self.idle_timeout:g} s"))
+                    return
+                continue
+            await session.wait_flushed()
+            reply: Frame | bytes | None
+            try:
+                reply = await self.handle_request(session, frame)
+            except MemagentError as exc:
+                # An unexpected /proc state must cost this request, not the session.
+                log.exception("%s: %s failed", session.name, frame.TYPE)
+                reply = Error(request_id, ErrorCode.INTERNAL, f"{frame.TYPE} failed: {type(exc).__name__}: {exc}")
+            if reply is not None:  # None: the handler replies later (a stack dump in flight)
+                session.send(reply, request_id)
 
     def _hello_timeout(self, session: ClientSession) -> None:
         if not session.greeted:
             session.close_with(Error(None, ErrorCode.PROTOCOL, f"no hello within {HELLO_TIMEOUT:g} s"))
 
-    def _on_payload(self, session: ClientSession, payload: bytes) -> None:
+    async def _on_payload(self, session: ClientSession, payload: bytes) -> None:
         try:
-            body = unpack(payload)
+            body = unpack(payload, request=True)
         except ProtocolError as exc:
             log.info("%s: %s", session.name, exc)
             session.close_with(Error(None, exc.code, str(exc)))
@@ -155,15 +210,7 @@ class Server:
         if isinstance(frame, Hello):
             session.send(Error(None, ErrorCode.PROTOCOL, "hello sent twice"))
             return
-        reply: Frame | bytes | None
-        try:
-            reply = self.handle_request(session, frame)
-        except MemagentError as exc:
-            # An unexpected /proc state must cost this request, not the session.
-            log.exception("%s: %s failed", session.name, frame.TYPE)
-            reply = Error(request_id, ErrorCode.INTERNAL, f"{frame.TYPE} failed: {type(exc).__name__}: {exc}")
-        if reply is not None:  # None: the handler replies later (a stack dump in flight)
-            session.send(reply, request_id)
+        await session.requests.put((request_id, frame))  # full: the socket is not read meanwhile
 
     def _greet(self, session: ClientSession, frame: Frame) -> None:
         if not isinstance(frame, Hello) or frame.role != "client":
