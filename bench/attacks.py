@@ -10,7 +10,7 @@ Phase 1 (baseline, no attack) then phase 2 (all attacks together, ATTACK_SECONDS
 - the test user opening 64 connections and sitting on them (lockout), as a second user;
 - root's own client asking ``status`` every 0.25 s: each answer must come promptly.
 
-Run as root: ``.venv/bin/python bench/attacks.py``. It prints the figures and the
+Run as root: ``.venv/bin/python bench/attacks.py [pipeline amplify deaf lockout]``. It prints the figures and the
 ratio against the baseline; it asserts nothing.
 """
 
@@ -106,7 +106,15 @@ def lockout(path: str, user: pwd.struct_passwd, stop_fd: int) -> int:
     return child
 
 
-def main() -> int:
+ATTACKS = ("pipeline", "amplify", "deaf", "lockout")
+
+
+def main(argv: list[str]) -> int:
+    """``attacks.py [ATTACK...]``: all of :data:`ATTACKS` by default, or those named."""
+    chosen = set(argv) or set(ATTACKS)
+    if not chosen <= set(ATTACKS):
+        print(f"usage: attacks.py [{' '.join(ATTACKS)}]")
+        return 2
     if os.geteuid() != 0:
         print("run as root (the lockout attacker is a second user)")
         return 2
@@ -148,10 +156,13 @@ def main() -> int:
         hwm_base = proc_status_kb(daemon.pid, "VmHWM")["VmHWM"] / 1024
         stop = threading.Event()
         r, w = os.pipe()
-        child = lockout(sock, user, r)
-        threads = [threading.Thread(target=pipeliner, args=(sock, stop)) for _ in range(3)]
-        threads += [threading.Thread(target=amplifier, args=(sock, fleet.pids[0], stop)),
-                    threading.Thread(target=deaf_subscriber, args=(sock, stop))]
+        child = lockout(sock, user, r) if "lockout" in chosen else None
+        pipeliners = 3 if "pipeline" in chosen else 0
+        threads = [threading.Thread(target=pipeliner, args=(sock, stop)) for _ in range(pipeliners)]
+        if "amplify" in chosen:
+            threads.append(threading.Thread(target=amplifier, args=(sock, fleet.pids[0], stop)))
+        if "deaf" in chosen:
+            threads.append(threading.Thread(target=deaf_subscriber, args=(sock, stop)))
         for t in threads:
             t.start()
         try:
@@ -159,11 +170,12 @@ def main() -> int:
         finally:
             stop.set()
             os.write(w, b"x")
-            os.waitpid(child, 0)
+            if child is not None:
+                os.waitpid(child, 0)
             for t in threads:
                 t.join(10)
         hwm = proc_status_kb(daemon.pid, "VmHWM")["VmHWM"] / 1024
-        print(f"daemon at 0.1 s watching {PROCESSES} processes; attacks for {ATTACK_SECONDS:g} s")
+        print(f"daemon at 0.1 s watching {PROCESSES} processes; {', '.join(sorted(chosen))} for {ATTACK_SECONDS:g} s")
         print(f"  worst tick lateness: baseline {base * 1000:.1f} ms, under attack {attacked * 1000:.1f} ms "
               f"(target < 50 ms)")
         print(f"  slowest status reply: baseline {slowest[0] * 1000:.1f} ms, under attack {slowest[1] * 1000:.1f} ms")
@@ -181,4 +193,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

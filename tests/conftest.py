@@ -282,3 +282,16 @@ def as_user(user: pwd.struct_passwd, fn: Callable[[], object]) -> object:
     out = json.loads(data)
     assert os.waitstatus_to_exitcode(status) == 0, out
     return out
+
+
+def spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes] | None:
+    """Start ``argv`` as PID ``pid`` by steering the kernel's next PID (root only)."""
+    for _ in range(50):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    return None

@@ -11,23 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TEST_USER, Daemon, MiB, Target, as_user, wait_sample
+from conftest import TEST_USER, Daemon, MiB, Target, as_user, spawn_with_pid, wait_sample
 
 from memagent.cli.client import Client
 from memproto.frames import Attached, Exited, Sample
-
-
-def _spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes] | None:
-    """Start ``argv`` as PID ``pid`` by steering the kernel's next PID (root only)."""
-    for _ in range(50):
-        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-            f.write(str(pid - 1))
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        if proc.pid == pid:
-            return proc
-        proc.kill()
-        proc.wait()
-    return None
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="steering PIDs through ns_last_pid needs root")
@@ -43,7 +30,7 @@ def test_reused_pid_is_never_mistaken_for_the_old_process(
         pid = old.pid
         # Kill, reap and reuse the PID between two ticks.
         old.kill()
-        new = _spawn_with_pid(pid, [sys.executable, "-c", "import sys; sys.stdin.read()"])
+        new = spawn_with_pid(pid, [sys.executable, "-c", "import sys; sys.stdin.read()"])
         if new is None:
             pytest.skip("could not get the same PID back (busy system)")
         try:

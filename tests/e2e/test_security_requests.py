@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from conftest import Daemon, Target, as_user
+from conftest import Daemon, Target, as_user, spawn_with_pid
 
 from memagent.cli.client import Client
 from memagent.config import StackConfig
@@ -188,19 +188,6 @@ def test_idle_connections_are_closed_and_subscribers_kept(start_daemon: Callable
 # --------------------------------------------------------------------------- stacks
 
 
-def _spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes] | None:
-    """Start ``argv`` as PID ``pid`` by steering the kernel's next PID (root only)."""
-    for _ in range(50):
-        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-            f.write(str(pid - 1))
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        if proc.pid == pid:
-            return proc
-        proc.kill()
-        proc.wait()
-    return None
-
-
 @needs_py_spy
 @pytest.mark.skipif(os.geteuid() != 0, reason="steering PIDs through ns_last_pid needs root")
 def test_a_stack_is_never_taken_from_the_process_that_reused_the_pid(make_target: Callable[..., Target]) -> None:
@@ -210,7 +197,7 @@ def test_a_stack_is_never_taken_from_the_process_that_reused_the_pid(make_target
     registry = Registry()
     (w,) = registry.attach(old.pid)
     old.kill()
-    newcomer = _spawn_with_pid(old.pid, [sys.executable, "-c", "import sys; sys.stdin.read()"])
+    newcomer = spawn_with_pid(old.pid, [sys.executable, "-c", "import sys; sys.stdin.read()"])
     if newcomer is None:
         pytest.skip("could not get the same PID back (busy system)")
     try:

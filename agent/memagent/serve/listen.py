@@ -117,7 +117,8 @@ def prepare_path(path: str, dir_mode: int = PRIVATE_DIR_MODE) -> str:
     if st.st_uid != os.geteuid():
         raise SocketPathError(f"{path} is a stale socket of {_owner(st.st_uid)}; not replacing it")
     log.info("replacing stale socket %s", path)
-    os.unlink(real)
+    with contextlib.suppress(FileNotFoundError):  # gone meanwhile: what we wanted
+        os.unlink(real)
     return real
 
 
@@ -126,7 +127,10 @@ def bind_socket(path: str, gid: int | None) -> tuple[socket.socket, int]:
     inode of its file (so that only our own file is removed on the way out)."""
     euid = os.geteuid()
     shared = euid == 0 or gid is not None
-    real = prepare_path(path, SHARED_DIR_MODE if shared else PRIVATE_DIR_MODE)
+    try:
+        real = prepare_path(path, SHARED_DIR_MODE if shared else PRIVATE_DIR_MODE)
+    except OSError as exc:
+        raise SocketPathError(f"cannot use {path}: {exc.strerror or exc}") from None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         os.fchmod(sock.fileno(), SOCKET_MODE)  # the file bind creates gets this mode
@@ -145,6 +149,9 @@ def bind_socket(path: str, gid: int | None) -> tuple[socket.socket, int]:
             raise SocketPathError(f"{path} has mode {stat.S_IMODE(st.st_mode):04o} group {st.st_gid} "
                                   f"after bind, not {SOCKET_MODE:04o}{'' if gid is None else f' group {gid}'}")
         return sock, st.st_ino
+    except OSError as exc:  # the path changed under us (a race): one line, not a traceback
+        sock.close()
+        raise SocketPathError(f"cannot bind {path}: {exc.strerror or exc}") from None
     except BaseException:
         sock.close()
         raise
