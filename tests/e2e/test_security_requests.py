@@ -218,21 +218,28 @@ def test_a_stack_is_never_taken_from_the_process_that_reused_the_pid(make_target
         registry.close()
 
 
-NOT_DUMPABLE = ("import ctypes, sys, time\n"
+NOT_DUMPABLE = ("import ctypes, os, sys, time\n"
                 "if sys.argv[1] == 'no': ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
+                "if len(sys.argv) > 2:  # started as root: keep root as the saved UID, as setuid programs do\n"
+                "    uid, gid = int(sys.argv[2]), int(sys.argv[3])\n"
+                "    os.setgroups([]); os.setresgid(gid, gid, gid); os.setresuid(uid, uid, 0)\n"
                 "print('ready', flush=True)\n"
                 "time.sleep(600)\n")
 
 
 @pytest.fixture
-def user_python(test_user: pwd.struct_passwd) -> Iterator[Callable[[bool], subprocess.Popen[str]]]:
+def user_python(test_user: pwd.struct_passwd) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     """Python processes of the test user (the system python3), dumpable or not."""
     started: list[subprocess.Popen[str]] = []
 
-    def start(dumpable: bool) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(["/usr/bin/python3", "-c", NOT_DUMPABLE, "yes" if dumpable else "no"],
-                                user=test_user.pw_uid, group=test_user.pw_gid, extra_groups=[],
-                                stdout=subprocess.PIPE, text=True, cwd="/")
+    def start(dumpable: bool, saved_root: bool = False) -> subprocess.Popen[str]:
+        uid, gid = test_user.pw_uid, test_user.pw_gid
+        argv = ["/usr/bin/python3", "-c", NOT_DUMPABLE, "yes" if dumpable else "no"]
+        if saved_root:  # it drops to the user itself (exec would reset the saved UID)
+            proc = subprocess.Popen([*argv, str(uid), str(gid)], stdout=subprocess.PIPE, text=True, cwd="/")
+        else:
+            proc = subprocess.Popen(argv, user=uid, group=gid, extra_groups=[], stdout=subprocess.PIPE, text=True,
+                                    cwd="/")
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         started.append(proc)
         return proc
@@ -244,18 +251,18 @@ def user_python(test_user: pwd.struct_passwd) -> Iterator[Callable[[bool], subpr
 
 
 @needs_py_spy
-def test_a_user_gets_no_stack_of_its_own_non_dumpable_process(
+def test_a_user_gets_no_stack_of_its_own_non_dumpable_or_setuid_process(
     test_user: pwd.struct_passwd, shared_dir: str, start_daemon: Callable[..., Daemon],
-    user_python: Callable[[bool], subprocess.Popen[str]],
+    user_python: Callable[..., subprocess.Popen[str]],
 ) -> None:
     d = start_daemon("--interval", "0.2", "--socket-group", test_user.pw_name, socket=f"{shared_dir}/m.sock")
-    hidden, open_ = user_python(False), user_python(True)
+    hidden, open_, setuid = user_python(False), user_python(True), user_python(True, saved_root=True)
 
     def ask() -> dict[str, object]:
         out: dict[str, object] = {}
         with Client(d.socket, timeout=30) as c:
-            c.attach([hidden.pid, open_.pid])
-            for name, pid in (("hidden", hidden.pid), ("open", open_.pid)):
+            c.attach([hidden.pid, open_.pid, setuid.pid])
+            for name, pid in (("hidden", hidden.pid), ("open", open_.pid), ("setuid", setuid.pid)):
                 try:
                     out[name] = c.stack(pid).state
                 except RequestFailed as exc:
@@ -265,6 +272,7 @@ def test_a_user_gets_no_stack_of_its_own_non_dumpable_process(
     out = as_user(test_user, ask)
     assert isinstance(out, dict)
     assert out["hidden"][0] == ErrorCode.PERMISSION_DENIED and "not readable by you" in out["hidden"][1]
+    assert out["setuid"][0] == ErrorCode.PERMISSION_DENIED  # its saved UID is root's
     assert out["open"] == StackState.OK  # its own dumpable process: allowed, and read
     with d.client(timeout=30) as c:  # root may read both
         assert c.stack(hidden.pid).state == StackState.OK
