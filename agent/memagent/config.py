@@ -268,6 +268,8 @@ def validate(data: dict[str, Any], path: str | None = None) -> dict[str, Any]:
                 out[key] = spec(value, key)
         if out.get("alerts.critical_fraction", 1.0) < out.get("alerts.warn_fraction", 0.9):
             raise ConfigError("alerts.critical_fraction", "must not be below alerts.warn_fraction")
+        if out.get("clients.max", RESERVED_FOR_ADMINS + 1) <= RESERVED_FOR_ADMINS:
+            raise ConfigError("clients.max", f"must be above the {RESERVED_FOR_ADMINS} connections kept for root")
         if out.get("alerts.hook") == []:
             raise ConfigError("alerts.hook", "an empty command; leave the key out for no hook")
     except ConfigError as exc:
@@ -326,8 +328,7 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
         gpu=(None, "gpu.enabled"), max_clients=(None, "clients.max"),
         max_clients_per_uid=(None, "clients.max_per_uid"), client_idle_timeout=(None, "clients.idle_timeout"),
     ))
-    if config.max_clients <= RESERVED_FOR_ADMINS:
-        raise ConfigError("clients.max", f"must be above the {RESERVED_FOR_ADMINS} connections kept for root")
+
     if flags.get("no_gpu"):
         config.gpu = False
     return config

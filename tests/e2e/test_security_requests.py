@@ -5,6 +5,7 @@ Each asserts that the attack fails and that the daemon keeps sampling on time.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pwd
@@ -74,6 +75,28 @@ def test_a_huge_repeated_attach_neither_grows_the_daemon_nor_stalls_it(daemon: D
     with daemon.client() as c:
         reply = c.attach([t.pid] * 4000, label="ok")
         assert [p.pid for p in reply.attached] == [t.pid]
+        assert c.status().tick.max_lateness < ON_TIME
+    assert daemon_hwm_mib(daemon) < 60
+
+
+def test_a_request_of_a_million_tiny_containers_is_refused_unread(daemon: Daemon) -> None:
+    """1 MiB of empty arrays (one byte each) would be a million objects: the frame is
+    refused on its length prefix, before any byte of it is read or unpacked."""
+    s = raw_client(daemon.socket)
+    try:
+        body = msgpack.packb({"t": "attach", "v": 1, "id": 1, "pids": [[[]] * 4000 for _ in range(250)]})
+        assert len(body) > 1_000_000
+        with contextlib.suppress(OSError):  # the daemon may close before all of it is sent
+            s.sendall(frame_bytes(body))
+        s.settimeout(10)
+        data = b""
+        with contextlib.suppress(OSError):
+            while chunk := s.recv(65536):
+                data += chunk
+    finally:
+        s.close()
+    assert b"too_large" in data
+    with daemon.client() as c:
         assert c.status().tick.max_lateness < ON_TIME
     assert daemon_hwm_mib(daemon) < 60
 

@@ -126,7 +126,7 @@ class AlertEngine:
     def _budgets(self, watched: list[Watched]) -> None:
         for label, budget in self.config.budgets.items():
             # Only labels the operator set (config, auto-attach, root or admin clients):
-            # another user cannot push its processes into (or out of) a budget of theirs.
+            # another user cannot push its processes into a budget of theirs (it may take its own out).
             mine = [w for w in watched if w.label == label and w.label_trusted]
             total = sum(contribution(w) for w in mine)
             top = [Contributor(w.pid, label, contribution(w)) for w in sorted(mine, key=contribution, reverse=True)]
