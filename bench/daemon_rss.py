@@ -79,8 +79,9 @@ def child_main(args: argparse.Namespace) -> None:
         full = all(len(w.history) == reg.history_slots for w in reg.alive)
         _stage("history filled", slots=reg.history_slots, full=full, seconds=time.perf_counter() - t0)
 
-    def time_history() -> None:
-        """On the daemon's loop: what answering a full history request costs it."""
+    async def time_history() -> None:
+        """On the daemon's loop: what answering a full history request costs it (the
+        request is now served in slices between ticks: build_ms is wall time, ticks included)."""
         from memagent.serve.access import Access, Peer
         from memproto import encode, frame_bytes
         from memproto.frames import History
@@ -89,7 +90,7 @@ def child_main(args: argparse.Namespace) -> None:
             access = Access(Peer(os.getpid(), 0, 0), True)
 
         t0 = time.perf_counter()
-        reply = agent.dispatcher.history(Admin(), History(0, [], None))  # type: ignore[arg-type]
+        reply = await agent.dispatcher.history(Admin(), History(0, [], None))  # type: ignore[arg-type]
         t1 = time.perf_counter()
         # Large replies come already encoded (series by series), others as frames.
         data = frame_bytes(reply if isinstance(reply, bytes) else encode(reply))
@@ -97,10 +98,12 @@ def child_main(args: argparse.Namespace) -> None:
         print(json.dumps({"build_ms": (t1 - t0) * 1000, "encode_ms": (t2 - t1) * 1000, "bytes": len(data)}),
               flush=True)
 
+    pending: set[asyncio.Future[None]] = set()
+
     def on_stdin() -> None:
         line = sys.stdin.readline()
         if line.strip() == "time-history":
-            time_history()
+            pending.add(asyncio.ensure_future(time_history()))
 
     async def serve() -> None:
         stop = asyncio.Event()

@@ -2,12 +2,14 @@
 
 Commands: ``alloc MIB`` (allocate and touch, hold), ``free`` (release everything held),
 ``spike MIB`` (allocate, touch, release at once), ``fork`` (fork a child that sleeps and
-report its pid), ``exit``. Uses only the standard library so that the system python3 can
-run it as another user.
+report its pid), ``maxrss`` (report its own ``getrusage(RUSAGE_SELF).ru_maxrss``, in
+bytes, as a program reporting its own peak does), ``exit``. Uses only the standard
+library so that the system python3 can run it as another user.
 """
 
 import gc
 import os
+import resource
 import sys
 import threading
 import time
@@ -79,6 +81,8 @@ def main() -> None:
             pids = [fork_sleeper() for _ in range(int(args[1]))]
             children.extend(pids)
             out.write("ok share " + " ".join(map(str, pids)) + "\n")
+        elif cmd == "maxrss":
+            out.write(f"ok maxrss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}\n")
         elif cmd == "exit":
             out.write("ok exit\n")
             out.flush()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import MiB, memagent_cli
 
-from memagent.config import load, parse_size
+from memagent.config import agent_config, load, parse_size, validate
 from memagent.errors import ConfigError
 
 
@@ -47,3 +47,12 @@ def test_the_example_configuration_is_valid() -> None:
     assert values["host.capacity"] == 12 * 1024 * MiB and values["alerts.warn_fraction"] == 0.9
     r = memagent_cli("check-config", str(example))
     assert r.returncode == 0, r.stderr
+
+
+def test_netlink_is_switched_off_by_the_file_or_the_flag() -> None:
+    assert agent_config({}, {}, "/s").netlink is True
+    assert agent_config(validate({"events": {"netlink": False}}), {}, "/s").netlink is False
+    assert agent_config(validate({"events": {"netlink": True}}), {"no_netlink": True}, "/s").netlink is False
+    with pytest.raises(ConfigError) as err:
+        validate({"events": {"netlink": "no"}})
+    assert err.value.key == "events.netlink"

@@ -24,6 +24,7 @@ from .alerting.hooks import HookRunner
 from .config import AgentConfig
 from .core.autoattach import Scanner
 from .core.gpu import GpuSampler
+from .core.process_events import ProcessEvents
 from .core.registry import Registry
 from .core.sampler import Sampler, Ticker
 from .core.stack_collector import StackCollector
@@ -63,6 +64,8 @@ class Agent:
         )
         self.sampler = Sampler(self.registry, interval=config.interval, status_refresh=config.status_refresh)
         self.scanner = Scanner(self.registry, config.auto, label=config.auto_label)
+        self.process_events = ProcessEvents(self.registry, self.scanner)
+        self.sampler.before_exit = self.process_events.drain
         self.ticker = Ticker(config.interval, self.on_tick)
         self._scan_every = max(1, round(config.scan_interval / config.interval))
         self.stacks = StackCollector(config.stacks)
@@ -87,7 +90,7 @@ class Agent:
         self.registry.events = self.server
         self.stacks.on_state = self.server.stack_state
         self.report = StatusReport(config, time.time(), self.procfs, self.registry, self.ticker, self.server,
-                                   self.gpu, self.stacks, self.alerts)
+                                   self.gpu, self.stacks, self.alerts, self.process_events)
 
     def on_tick(self, now: float) -> None:
         if self.ticker.ticks % self._scan_every == 1 or self._scan_every == 1:
@@ -114,6 +117,11 @@ class Agent:
         """Serve until ``stop`` is set; the socket file is removed on the way out."""
         raise_fd_limit()
         await self.server.start()
+        loop = asyncio.get_running_loop()
+        # Listening before the first scan: a process is either found by it or heard of.
+        event_fds = self.process_events.open(self.config.netlink)
+        for fd in event_fds:
+            loop.add_reader(fd, self.process_events.drain)
         self.gpu.start(self.config.gpu)
         log.info("sampling every %g s%s", self.config.interval,
                  f", auto-attaching {', '.join(self.config.auto)}" if self.config.auto else "")
@@ -131,6 +139,9 @@ class Agent:
             for task in (ticker, dumper):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            for fd in event_fds:
+                loop.remove_reader(fd)
+            self.process_events.close()
             await self.server.close()
             await self.hooks.close()
             self.alerts.close()

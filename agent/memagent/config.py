@@ -83,11 +83,12 @@ class AlertConfig:
     hook_burst: int = 5
     #: Memory PSI ``some avg10`` (percent of time stalled) that fires a pressure alert.
     pressure_threshold: float = 10.0
-    #: Leak: growth over ``leak_window`` seconds of at least ``leak_min_rate`` bytes a minute,
-    #: with the headroom gone within ``leak_horizon`` seconds at that pace.
+    #: Leak: sustained growth of at least ``leak_min_rate`` bytes a minute, with the headroom
+    #: gone within ``leak_horizon`` seconds at that pace; it must have lasted 1% of that
+    #: time, 20 s to ``leak_window`` seconds (see memagent.alerting.growth).
     leak_window: float = 300.0
     leak_min_rate: int = 1 * MiB
-    leak_horizon: float = 3600.0
+    leak_horizon: float = 86400.0
     #: Per-label budgets (Σ of the peaks of the processes with that label), bytes.
     budgets: dict[str, int] = field(default_factory=dict)
     #: How many ended alerts ``status`` keeps.
@@ -140,6 +141,9 @@ class AgentConfig:
     client_idle_timeout: float = 60.0
     #: Read GPU memory through NVML (when a driver is there).
     gpu: bool = True
+    #: Hear process events from the kernel over netlink (fork, exec, exit records) where
+    #: the daemon may; false: poll /proc only (see memagent.core.process_events).
+    netlink: bool = True
     stacks: StackConfig = field(default_factory=StackConfig)
     headroom: HeadroomConfig = field(default_factory=HeadroomConfig)
     alerts: AlertConfig = field(default_factory=AlertConfig)
@@ -225,6 +229,7 @@ SCHEMA: dict[str, dict[str, Check] | Check] = {
     "status_refresh": _float(),
     "host": {"capacity": _size, "reserve": _size, "pss_refresh": _float()},
     "gpu": {"enabled": _bool, "reserve": _size},
+    "events": {"netlink": _bool},
     "stacks": {"enabled": _bool, "budget": _float(), "timeout": _float(), "py_spy": _str,
                "growth_threshold": _size, "rotation": _float()},
     "alerts": {
@@ -325,10 +330,12 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
         interval=("interval", "interval"), auto=("auto", "auto"), auto_label=("auto_label", "auto_label"),
         admin_group=("admin_group", "admin_group"), socket_group=("socket_group", "socket_group"),
         history_seconds=("history", "history"), status_refresh=("status_refresh", "status_refresh"),
-        gpu=(None, "gpu.enabled"), max_clients=(None, "clients.max"),
+        gpu=(None, "gpu.enabled"), netlink=(None, "events.netlink"), max_clients=(None, "clients.max"),
         max_clients_per_uid=(None, "clients.max_per_uid"), client_idle_timeout=(None, "clients.idle_timeout"),
     ))
 
     if flags.get("no_gpu"):
         config.gpu = False
+    if flags.get("no_netlink"):
+        config.netlink = False
     return config

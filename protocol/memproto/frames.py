@@ -90,6 +90,9 @@ class ResetPeaks(Frame):
     TYPE: ClassVar[str] = "reset_peaks"
     id: int
     pids: list[int]
+    #: Also reset the kernel's VmHWM (clear_refs): exact at once, but it resets the
+    #: target's own ru_maxrss; refused for PID 1 and processes not the caller's own.
+    kernel: bool = False
 
 
 @wire

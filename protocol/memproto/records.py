@@ -226,6 +226,10 @@ class DaemonStatus:
     alerts_recent: list[Alert] = field(default_factory=list)
     #: v1.3: memory PSI "some avg10" (percent), nil where /proc/pressure is missing.
     pressure: float | None = None
+    #: v1.4: where process events come from: "netlink" (the kernel's fork and exec events
+    #: and exit records) or "polling" (/proc only); and why not netlink, for humans.
+    process_events: str = "polling"
+    process_events_note: str | None = None
 
 
 @wire

@@ -3,13 +3,15 @@ with the real sampler, registry, alert book and PSS reads on a real event loop."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import random
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from proctree import TRAINER, MiB, ProcTree
+from proctree import TRAINER, GiB, MiB, ProcTree
 
-from memagent.alerting.engine import PSS_GRACE, AlertEngine
+from memagent.alerting.engine import LEAK_EVERY, PSS_GRACE, AlertEngine
 from memagent.config import AlertConfig, HeadroomConfig
 from memagent.core.registry import Registry
 from memagent.core.sampler import Sampler
@@ -178,3 +180,122 @@ async def test_memory_pressure_raises_a_pressure_alert(box: Box) -> None:
     (alert,) = box.delivered
     assert (alert.kind, alert.resource, alert.severity, alert.unit) == ("pressure", "host", "warning", "percent")
     assert alert.value == 12.5 and box.engine.pressure == 12.5
+
+
+async def test_a_resolved_alert_lists_the_contributors_of_when_it_resolved(box: Box) -> None:
+    """A process detached while the alert fired is no longer among its contributors."""
+    box.start(TRAINER, 500 * MiB)
+    box.start(5001, 450 * MiB)
+    await box.tick(1000.0)  # (their PSS is read: judged from the next tick on)
+    await box.tick(1000.5)
+    (fired,) = box.delivered
+    assert [c.pid for c in fired.contributors] == [TRAINER, 5001]
+    box.registry.detach(5001)
+    await box.tick(1001.0)
+    resolved = box.delivered[-1]
+    assert (resolved.state, resolved.id) == ("resolved", fired.id)
+    assert resolved.contributors == [Contributor(TRAINER, "python3", 500 * MiB)]
+    assert resolved.value == pytest.approx(0.5)
+
+
+# --------------------------------------------------------------------------- leaks
+
+Shape = Callable[[float], int]
+
+
+async def run_leak(proc_tree: ProcTree, registry: Registry, tmp_path: Path, rss: Shape, seconds: float,
+                   capacity: int = 24 * GiB, step: float = 1.0) -> list[tuple[float, Alert]]:
+    """One process whose RSS follows ``rss(t)`` (t: seconds since attach), ticked every
+    ``step`` for ``seconds`` on a box of ``capacity`` with the default [alerts] (leak_horizon
+    24 h); every leak alert delivered, with its t."""
+    box = Box(proc_tree, registry, tmp_path / "kmsg", capacity=capacity)
+    t0 = 10_000.0
+    leaks: list[tuple[float, Alert]] = []
+    try:
+        box.start(TRAINER, rss(0.0), now=t0)
+        t = 0.0
+        while t <= seconds:
+            box.tree.set_memory(TRAINER, rss(t))
+            box.tree.set_smaps_rollup(TRAINER, rss(t), rss(t))
+            before = len(box.delivered)
+            await box.tick(t0 + t)
+            leaks += [(t, a) for a in box.delivered[before:] if a.kind == "leak"]
+            t += step
+    finally:
+        box.engine.close()
+    return leaks
+
+
+def steady_then(rate: int, base: int = 1 * GiB, start: float = 60.0) -> Shape:
+    """``base`` for ``start`` seconds, then growing at ``rate`` bytes/s (page-aligned)."""
+    return lambda t: base + int(max(0.0, t - start) * rate) // 4096 * 4096
+
+
+def window_of(alert: Alert) -> float:
+    m = re.search(r"over the last ([0-9.]+) s;", alert.message)
+    assert m, alert.message
+    return float(m.group(1))
+
+
+async def test_a_fast_leak_is_flagged_within_30_s(proc_tree: ProcTree, registry: Registry, tmp_path: Path) -> None:
+    """20 MiB/s on a 24 GiB box (the headroom gone in ~20 min): was 149 s (half of
+    leak_window of history first); now once it has grown 20 s, at the next evaluation."""
+    leaks = await run_leak(proc_tree, registry, tmp_path, steady_then(20 * MiB), 60 + 40)
+    t, alert = leaks[0]
+    assert (alert.state, alert.severity, alert.pid) == ("firing", "critical", TRAINER)  # gone within 4 h
+    assert t - 60 <= 20 + LEAK_EVERY + 1 <= 30
+    assert alert.value == pytest.approx(20 * MiB * 60, rel=0.05)
+    assert alert.eta_seconds is not None and 15 * 60 < alert.eta_seconds < 21 * 60
+    # The window named is the data fitted: from the last value before the growth (t = 60)
+    # to now, not leak_window.
+    assert window_of(alert) == t - 60
+    assert "min at this pace" in alert.message
+
+
+async def test_a_slow_leak_is_flagged_within_10_min(proc_tree: ProcTree, registry: Registry, tmp_path: Path) -> None:
+    """1 MiB/s (86 GiB a day) on a 24 GiB box: the headroom gone in ~6.7 h, within the
+    24 h horizon; it must have grown 1% of that (~4 min). It was never flagged (1 h horizon)."""
+    leaks = await run_leak(proc_tree, registry, tmp_path, steady_then(1 * MiB), 60 + 600)
+    t, alert = leaks[0]
+    assert (alert.state, alert.severity) == ("firing", "warning")
+    assert t - 60 <= 300
+    assert window_of(alert) == t - 60 >= 0.01 * alert.eta_seconds  # type: ignore[operator]
+    assert "h at this pace" in alert.message
+
+
+def sawtooth(t: float) -> int:
+    """Grows 150 MiB over 15 s, drops back, again and again (a batch loop, a GC'd heap)."""
+    return 1 * GiB + int((t % 16) * 10 * MiB) // 4096 * 4096
+
+
+def noisy(t: float, rng: random.Random = random.Random(7)) -> int:  # noqa: B008 - one stream per run
+    return 2 * GiB + rng.randrange(-8 * MiB, 8 * MiB, 4096)
+
+
+@pytest.mark.parametrize("capacity", [24 * GiB, 2 * GiB], ids=["24GiB", "2GiB"])
+@pytest.mark.parametrize("shape", [sawtooth, noisy, lambda t: 3 * GiB], ids=["sawtooth", "noisy", "flat"])
+async def test_sawtooth_and_steady_processes_are_not_leaks(
+    proc_tree: ProcTree, registry: Registry, tmp_path: Path, shape: Shape, capacity: int
+) -> None:
+    """10 minutes each, on a roomy box and on one where a 10 MiB/s climb would use up the
+    headroom in ~1 min: the sawtooth never grows 20 s in a row."""
+    assert await run_leak(proc_tree, registry, tmp_path, shape, 600, capacity=capacity) == []
+
+
+async def test_a_leak_behind_a_sawtooth_is_flagged_and_resolves_when_freed(
+    proc_tree: ProcTree, registry: Registry, tmp_path: Path
+) -> None:
+    """A heap that frees 150 MiB every 16 s yet keeps 32 MiB more each time (2 MiB/s): its
+    latest low is its first one, so the whole climb is fitted; once the fit is good (the
+    rise ~3 times the sawtooth) it is a leak. Freed, it resolves at the next evaluation."""
+
+    def climbing(t: float) -> int:
+        return 500 * MiB if t >= 500 else sawtooth(t) + int(t // 16) * 32 * MiB
+
+    leaks = await run_leak(proc_tree, registry, tmp_path, climbing, 520, capacity=8 * GiB)
+    (t_fired, fired), (t_resolved, resolved) = leaks
+    assert fired.state == "firing" and t_fired < 300
+    assert fired.value == pytest.approx(2 * MiB * 60, rel=0.2)
+    assert resolved.state == "resolved" and 500 <= t_resolved <= 500 + LEAK_EVERY
+    assert resolved.message.endswith("is not growing")
+

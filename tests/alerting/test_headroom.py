@@ -1,12 +1,12 @@
 """The headroom model (:mod:`memagent.alerting.headroom`) on processes watched over a
-fixture /proc tree: capacity, share-adjusted Σ peaks, the top contributors, GPUs, slope."""
+fixture /proc tree: capacity, share-adjusted Σ peaks, the top contributors, GPUs."""
 
 from __future__ import annotations
 
 import pytest
 from proctree import GiB, MiB, ProcTree
 
-from memagent.alerting.headroom import HostInputs, contribution, gpu_headroom, host_headroom, slope
+from memagent.alerting.headroom import HostInputs, contribution, gpu_headroom, host_headroom
 from memagent.config import HeadroomConfig
 from memagent.core.registry import Registry
 from memagent.core.watched import Watched
@@ -109,11 +109,3 @@ def test_gpu_headroom(proc_tree: ProcTree, registry: Registry) -> None:
     other = DeviceReading(1, "NVIDIA A100", "GPU-b", total=40 * GiB, used=None, lost=False, accounting=False)
     view = gpu_headroom(other, [a, b], HeadroomConfig(gpu_reserve=0))
     assert (view.sum_peaks_bytes, view.unwatched_bytes, view.capacity_bytes) == (5 * GiB, 0, 40 * GiB)
-
-
-def test_slope() -> None:
-    assert slope([(0.0, 1), (1.0, 2)]) is None  # fewer than 3 points
-    assert slope([(5.0, 1), (5.0, 2), (5.0, 3)]) is None  # no time spread
-    assert slope([(t, 7 * MiB) for t in (0.0, 1.0, 2.0, 3.0)]) == 0.0
-    assert slope([(t, 100 + 5 * int(t)) for t in (10.0, 11.0, 12.0, 14.0)]) == pytest.approx(5.0)
-    assert slope([(0.0, 30), (1.0, 10), (2.0, 20)]) == pytest.approx(-5.0)

@@ -75,6 +75,35 @@ def test_status_is_reread_every_status_every_ticks_with_statm_unchanged(
     assert w.peak == first + 64 * MiB
 
 
+def test_a_reset_window_is_sampled_until_the_kernel_mark_passes_its_value_at_the_reset(
+    proc_tree: ProcTree, registry: Registry
+) -> None:
+    """reset-peaks without --kernel: VmHWM (500 MiB, the old window's) is not the new
+    window's peak; the samples are (flagged), until VmHWM rises above 500 MiB: that high
+    came after the reset, so it is the window's exact peak, spikes between ticks included."""
+    proc_tree.set_memory(TRAINER, 500 * MiB)
+    (w,) = registry.attach(TRAINER, now=100.0)
+    sampler = Sampler(registry, interval=0.1)
+    proc_tree.set_memory(TRAINER, 100 * MiB)  # VmHWM stays 500 MiB
+    registry.reset_peaks(TRAINER, now=100.05)
+    assert proc_tree.read(TRAINER, "clear_refs") == ""
+    assert (w.peak, w.peak_exact, w.peak_since) == (100 * MiB, False, 100.05)
+    proc_tree.set_memory(TRAINER, 300 * MiB)
+    sampler.sample(100.1)
+    proc_tree.set_memory(TRAINER, 200 * MiB)
+    sampler.sample(100.2)
+    assert (w.peak, w.peak_exact) == (300 * MiB, False)
+    proc_tree.set_memory(TRAINER, 250 * MiB, hwm=800 * MiB)  # a spike to 800 MiB between two ticks
+    sampler.sample(100.3)
+    assert (w.peak, w.peak_exact) == (800 * MiB, True)
+    assert w.info().rss_peak_exact is True
+    # --kernel: clear_refs written, VmHWM (as the kernel then reports it) exact at once.
+    proc_tree.set_memory(TRAINER, 250 * MiB, hwm=250 * MiB)
+    registry.reset_peaks(TRAINER, now=100.4, kernel=True)
+    assert proc_tree.read(TRAINER, "clear_refs") == "5"
+    assert (w.peak, w.peak_exact) == (250 * MiB, True)
+
+
 def test_a_zombie_statm_marks_the_process_exited(proc_tree: ProcTree, registry: Registry) -> None:
     (w,) = registry.attach(TRAINER, now=100.0)
     (other,) = registry.attach(WEIRD, now=100.0)

@@ -4,6 +4,7 @@ request's reply, invalid PIDs, and what a client that is not an admin may see an
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -139,7 +140,7 @@ def test_detach(dispatch: Dispatch, registry: Registry, proc_tree: ProcTree) -> 
 def test_reset_peaks(dispatch: Dispatch, registry: Registry, proc_tree: ProcTree) -> None:
     dispatch(USER, Attach(id=1, pids=[TRAINER, ZOMBIE]))
     proc_tree.set_memory(TRAINER, 100 * MiB, hwm=100 * MiB)  # what the kernel reports after the reset
-    reply = dispatch(USER, ResetPeaks(id=2, pids=[TRAINER]))
+    reply = dispatch(USER, ResetPeaks(id=2, pids=[TRAINER], kernel=True))
     assert isinstance(reply, ResetPeaksOk) and reply.failed == []
     (info,) = reply.reset
     assert (info.pid, info.rss_bytes, info.rss_peak_bytes, info.rss_peak_exact) == (TRAINER, 100 * MiB, 100 * MiB, True)
@@ -149,6 +150,48 @@ def test_reset_peaks(dispatch: Dispatch, registry: Registry, proc_tree: ProcTree
     registry.mark_exited([zombie], now=100.0)
     assert dispatch(USER, ResetPeaks(id=3, pids=[ZOMBIE])) == ResetPeaksOk(
         3, [], [Failure(ZOMBIE, ErrorCode.NO_SUCH_PROCESS, f"no such process: {ZOMBIE} (exited)")])
+
+
+def test_reset_peaks_leaves_the_kernel_mark_alone_by_default(dispatch: Dispatch, proc_tree: ProcTree) -> None:
+    """Without ``kernel`` nothing is written: the window restarts on the agent's side, its
+    peak sampled until VmHWM passes its value at the reset, then exact (VmHWM itself)."""
+    proc_tree.set_memory(TRAINER, 300 * MiB, hwm=300 * MiB)
+    dispatch(USER, Attach(id=1, pids=[TRAINER]))
+    proc_tree.set_memory(TRAINER, 100 * MiB, hwm=300 * MiB)
+    reply = dispatch(USER, ResetPeaks(id=2, pids=[TRAINER]))
+    assert isinstance(reply, ResetPeaksOk) and reply.failed == []
+    (info,) = reply.reset
+    assert (info.rss_peak_bytes, info.rss_peak_exact) == (100 * MiB, False)
+    assert proc_tree.read(TRAINER, "clear_refs") == ""  # the target's own ru_maxrss is untouched
+
+
+def test_a_kernel_reset_only_of_ones_own_process_and_never_of_pid_1(
+    dispatch: Dispatch, registry: Registry, proc_tree: ProcTree
+) -> None:
+    proc_tree.add_process(1, "init", ppid=0, uid=0)
+    dispatch(ADMIN, Attach(id=1, pids=[1, TRAINER, WEIRD]))
+    never = ("permission denied: 1 (kernel: resetting the kernel's mark resets the process's own ru_maxrss; "
+             "never for PID 1)")
+    not_yours = ("kernel: resetting the kernel's mark resets the process's own ru_maxrss; "
+                 "only for a process of yours (real, effective and saved UID yours, dumpable)")
+    reply = dispatch(ADMIN, ResetPeaks(id=2, pids=[1, TRAINER], kernel=True))
+    assert reply == ResetPeaksOk(2, [], [
+        Failure(1, ErrorCode.PERMISSION_DENIED, never),  # root's own, still refused
+        Failure(TRAINER, ErrorCode.PERMISSION_DENIED, f"permission denied: {TRAINER} ({not_yours})"),  # uid 1000's
+    ])
+    # The user may reset its own, not another user's (which it does not even see) ...
+    reply = dispatch(USER, ResetPeaks(id=3, pids=[TRAINER, WEIRD], kernel=True))
+    assert [p.pid for p in reply.reset] == [TRAINER] and reply.failed == [not_watched(WEIRD)]
+    # ... nor its own once it is not dumpable (its /proc files root's) or changed UIDs.
+    os.chown(proc_tree.path(TRAINER, "status"), 0, -1)
+    reply = dispatch(USER, ResetPeaks(id=4, pids=[TRAINER], kernel=True))
+    assert reply.failed == [
+        Failure(TRAINER, ErrorCode.PERMISSION_DENIED, f"permission denied: {TRAINER} ({not_yours})")]
+    for pid in (1, TRAINER, WEIRD):  # without kernel, nothing of that applies
+        proc_tree.write(pid, "clear_refs", b"")
+    reply = dispatch(ADMIN, ResetPeaks(id=5, pids=[1, TRAINER, WEIRD]))
+    assert [p.pid for p in reply.reset] == [1, TRAINER, WEIRD] and reply.failed == []
+    assert {proc_tree.read(pid, "clear_refs") for pid in (1, TRAINER, WEIRD)} == {""}
 
 
 def test_list_and_history(dispatch: Dispatch, registry: Registry) -> None:

@@ -80,15 +80,19 @@ class AlertBook:
         self.deliver(alert)
 
     def clear(self, kind: str, resource: str, message: str) -> None:
-        """The condition no longer exists (a process detached, a GPU gone): resolve it."""
+        """The condition no longer exists (a process detached, a GPU gone): resolve it,
+        with no contributors left."""
         old = self.active.get((kind, resource))
         if old is not None:
             self._end((kind, resource), old, None, message)
 
     def _end(self, key: tuple[str, str], old: Alert, r: Reading | None, message: str | None = None) -> None:
+        """Resolved, with the figures of the evaluation that ended it: its value and its
+        contributors now (a process detached meanwhile is no longer among them)."""
         del self.active[key]
         ended = replace(old, state=AlertState.RESOLVED, time=self.clock(),
-                        value=r.value if r else old.value,
+                        value=r.value if r else old.value, contributors=r.contributors if r else [],
+                        eta_seconds=r.eta_seconds if r else None,
                         message=message or (f"resolved: {r.message}" if r else f"resolved: {old.message}"))
         self.recent.appendleft(ended)
         self.deliver(ended)

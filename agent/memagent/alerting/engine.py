@@ -27,7 +27,8 @@ from ..proc.kmsg import KernelLog
 from ..proc.nvml import DeviceReading
 from ..proc.procfs import ProcFS
 from .book import AlertBook, Reading
-from .headroom import HostInputs, contribution, gpu_headroom, host_headroom, slope
+from .growth import growth, judge
+from .headroom import HostInputs, contribution, gpu_headroom, host_headroom
 
 log = logging.getLogger(__name__)
 
@@ -136,30 +137,31 @@ class AlertEngine:
             ))
 
     def _leaks(self, now: float, host: Headroom) -> None:
+        """Each live process's growth since its latest low, judged by :mod:`.growth`."""
         c = self.config
         left = max(0, host.capacity_bytes - host.sum_peaks_bytes)
+        step = self.registry.history_step
+        # The most growth that can be waited for: the window, within the history kept.
+        slots = min(max(1, int(c.leak_window / step + 0.999999)), self.registry.history_slots)
+        longest = (slots - 1) * step
         live = set()
         for w in self.registry.alive:
             resource = f"pid:{w.pid}"
             live.add(resource)
-            end, values = w.history.series(c.leak_window)
-            if len(values) < max(3, int(c.leak_window / w.history.step / 2)):
-                continue  # not enough history yet to call it sustained
-            step = w.history.step
-            points = [(end - step * (len(values) - i), v) for i, v in enumerate(values)]
-            rate = slope(points)
-            per_min = (rate or 0.0) * 60
-            # New memory is the process's own (anonymous, unshared): the growth counts in
-            # full, whatever share of its older pages it shares with others.
-            eta = left / rate if rate and rate > 0 else None
-            leaking = per_min >= c.leak_min_rate and eta is not None and eta <= c.leak_horizon
+            g = growth(w.history.series(c.leak_window)[1], w.history.step)
+            v = judge(g, left, c.leak_min_rate, c.leak_horizon, longest)
             name = w.label or w.name
-            message = (f"{printable(name)} ({w.pid}) grows {_size(int(per_min))}/min over {c.leak_window:g} s"
-                       + (f"; the headroom is gone in {eta / 60:.1f} min at this pace" if eta is not None else ""))
-            critical = per_min if leaking and eta is not None and eta <= c.leak_horizon / 6 else float("inf")
+            if g is None or v.eta is None:
+                message = f"{printable(name)} ({w.pid}) is not growing"
+            else:
+                # New memory is the process's own (anonymous, unshared): the growth counts
+                # in full, whatever share of its older pages it shares with others.
+                message = (f"{printable(name)} ({w.pid}) grows {_size(int(v.per_minute))}/min over the last "
+                           f"{g.seconds:g} s; the headroom is gone in {_duration(v.eta)} at this pace")
+            critical = v.per_minute if v.leaking and v.eta is not None and v.eta <= c.leak_horizon / 6 else float("inf")
             self.book.evaluate(Reading(
-                AlertKind.LEAK, resource, per_min if leaking else 0.0, float(c.leak_min_rate), critical, "bytes/min",
-                message, [Contributor(w.pid, name, contribution(w))], pid=w.pid, eta_seconds=eta,
+                AlertKind.LEAK, resource, v.per_minute if v.leaking else 0.0, float(c.leak_min_rate), critical,
+                "bytes/min", message, [Contributor(w.pid, name, contribution(w))], pid=w.pid, eta_seconds=v.eta,
             ))
         for resource in self.book.resources(AlertKind.LEAK) - live:
             self.book.clear(AlertKind.LEAK, resource, f"resolved: {resource} is no longer alive")
@@ -252,3 +254,7 @@ class AlertEngine:
 
 def _size(n: int | None) -> str:
     return format_size(n, long=True)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 7200 else f"{seconds / 60:.1f} min"

@@ -90,14 +90,3 @@ def gpu_headroom(device: DeviceReading, watched: list[Watched], config: Headroom
 def _top(peaks: list[tuple[int, Watched]]) -> list[Contributor]:
     best = sorted(peaks, key=lambda pw: -pw[0])[:TOP]
     return [Contributor(w.pid, w.label or w.name, p) for p, w in best]
-
-
-def slope(points: list[tuple[float, int]]) -> float | None:
-    """Least-squares slope in bytes/s of (time, bytes) points; None with fewer than 3."""
-    n = len(points)
-    if n < 3:
-        return None
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    den = sum((t - mt) ** 2 for t, _ in points)
-    return sum((t - mt) * (v - mv) for t, v in points) / den if den else None

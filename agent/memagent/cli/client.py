@@ -136,8 +136,8 @@ class Client:
     def detach(self, pids: list[int], exited: bool = False) -> DetachOk:
         return self.request(Detach(self._id(), pids, exited), DetachOk)
 
-    def reset_peaks(self, pids: list[int]) -> ResetPeaksOk:
-        return self.request(ResetPeaks(self._id(), pids), ResetPeaksOk)
+    def reset_peaks(self, pids: list[int], kernel: bool = False) -> ResetPeaksOk:
+        return self.request(ResetPeaks(self._id(), pids, kernel), ResetPeaksOk)
 
     def list(self) -> list[ProcessInfo]:
         return self.request(ListProcesses(self._id()), ListOk).processes

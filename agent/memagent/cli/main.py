@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--status-refresh", type=_positive, metavar="SECONDS",
                    help="longest time between two reads of an unchanged process's kernel peak and swap (1)")
     d.add_argument("--no-gpu", action="store_true", help="do not read GPU memory through NVML")
+    d.add_argument("--no-netlink", action="store_true",
+                   help="do not listen to the kernel's process events (fork, exec, exit records): poll /proc only")
     d.add_argument("--no-stacks", action="store_true", help="do not read Python stacks with py-spy")
     d.add_argument("--py-spy", metavar="PATH", help="py-spy executable (default: on PATH, then beside Python)")
     d.add_argument("--stack-budget", type=_positive, metavar="PER_SECOND",
@@ -95,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("reset-peaks", parents=[common], help="start a new peak window")
     r.add_argument("pids", nargs="+", type=_pid, metavar="PID")
+    r.add_argument("--kernel", action="store_true",
+                   help="also reset the kernel's high-water mark (exact at once; resets the process's own "
+                        "ru_maxrss; only your own processes, never PID 1)")
     r.add_argument("--json", action="store_true")
 
     ls = sub.add_parser("ls", parents=[common], help="list watched processes")
@@ -173,9 +178,11 @@ def cmd_detach(args: argparse.Namespace) -> int:
 
 def cmd_reset_peaks(args: argparse.Namespace) -> int:
     with _connect(args) as c:
-        reply = c.reset_peaks(args.pids)
+        reply = c.reset_peaks(args.pids, kernel=args.kernel)
     return _results(args, reply.reset, process_json,
-                    lambda p: f"peak of {p.pid} reset to {human_bytes(p.rss_peak_bytes)}", reply.failed)
+                    lambda p: f"peak of {p.pid} reset to {human_bytes(p.rss_peak_bytes)}"
+                              + ("" if p.rss_peak_exact else " (sampled until it passes the kernel's mark)"),
+                    reply.failed)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

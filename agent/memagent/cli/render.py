@@ -63,6 +63,8 @@ def status_lines(status: DaemonStatus) -> list[str]:
         ratio = f"{hr.ratio:.0%}" if hr.ratio is not None else "n/a"
         lines.append(f"headroom {printable(hr.name)}: Σ peaks {human_bytes(hr.sum_peaks_bytes)} of "
                      f"{human_bytes(hr.capacity_bytes)} ({ratio})" + (" [configured]" if hr.configured else ""))
+    lines.append(f"process events: {printable(status.process_events)}"
+                 + (f" ({printable(status.process_events_note)})" if status.process_events_note else ""))
     if status.pressure is not None:
         lines.append(f"memory pressure (PSI some avg10): {status.pressure:.1f}%")
     for a in status.alerts_active:

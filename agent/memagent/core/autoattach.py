@@ -8,6 +8,10 @@ name, so an unmatched new PID is looked at again on the next few scans.
 Matched names: the kernel's ``comm`` and the basename of ``/proc/PID/exe`` (fnmatch,
 case-sensitive). The agent's own process and the memagent/memtop tools are never
 auto-attached.
+
+Where the kernel's process events are heard (:mod:`memagent.core.process_events`), a
+followed process's child is attached at its fork (:meth:`Scanner.adopt`) and a match at
+its exec (:meth:`Scanner.on_exec`); the scan still runs, for what they missed.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Sequence
 from ..errors import MemagentError
 from ..proc.procfs import ProcFS
 from .registry import MayWatch, Registry, anyone
+from .watched import Watched
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +60,30 @@ class Scanner:
             names.append(exe)
         return any(fnmatch.fnmatchcase(n, p) for n in names for p in self.patterns)
 
+    def adopt(self, pid: int, parent: Watched, *, descendants: bool = True) -> list[Watched]:
+        """Attach ``pid``, a child of ``parent`` (whose children are followed): with its
+        label, trusted or not, and the rights of the client that asked to follow them; and,
+        with ``descendants``, the children it has already. MemagentError if it cannot be."""
+        may_watch = parent.follow_may_watch or self.may_watch
+        watched = self.registry.attach(pid, label=parent.label, children=descendants, may_watch=may_watch)
+        for w in watched:
+            w.label_trusted = parent.label_trusted
+            if not w.follow_children:
+                w.follow_children = True
+                w.follow_may_watch = may_watch
+        return watched
+
+    def on_exec(self, pid: int) -> Watched | None:
+        """A process not watched ran a new program: attach it now if it matches."""
+        try:
+            comm = self.procfs.stat(pid).comm
+            if not self.matches(pid, comm):
+                return None
+            return self.registry.attach(pid, label=self.label, may_watch=self.may_watch)[0]
+        except MemagentError as exc:  # gone already, or not ours
+            log.debug("auto-attach of %d at exec skipped: %s", pid, exc)
+            return None
+
     def scan(self) -> int:
         """Look at new PIDs; returns how many were attached."""
         followers = {w.pid: w for w in self.registry.alive if w.follow_children}
@@ -74,12 +103,7 @@ class Scanner:
                 self._recheck.pop(pid, None)
                 continue
             parent = followers.get(stat.ppid)
-            label = self.label
-            may_watch = self.may_watch
-            if parent is not None:
-                label = parent.label
-                may_watch = parent.follow_may_watch or self.may_watch
-            elif not (self.patterns and self.matches(pid, stat.comm)):
+            if parent is None and not (self.patterns and self.matches(pid, stat.comm)):
                 left = self._recheck.get(pid, RECHECK_SCANS + 1) - 1
                 if left > 0:
                     self._recheck[pid] = left
@@ -88,10 +112,10 @@ class Scanner:
                 continue
             self._recheck.pop(pid, None)
             try:
-                watched = self.registry.attach(pid, label=label, children=parent is not None, may_watch=may_watch)
-                if parent is not None:  # a child carries its parent's label, trusted or not
-                    for w in watched:
-                        w.label_trusted = parent.label_trusted
+                if parent is not None:
+                    self.adopt(pid, parent)
+                else:
+                    self.registry.attach(pid, label=self.label, may_watch=self.may_watch)
                 attached += 1
             except MemagentError as exc:
                 log.debug("auto-attach of %d skipped: %s", pid, exc)

@@ -199,21 +199,34 @@ class Registry:
         log.info("detached %d (%s)", w.pid, printable(w.label or w.name))
         self.events.detached(w)
 
-    def reset_peaks(self, pid: int, may_watch: MayWatch = anyone, now: float | None = None) -> Watched:
+    def live(self, pid: int, may_watch: MayWatch = anyone) -> Watched:
+        """The live entry of ``pid`` the caller may see; NoSuchProcess (exited, or not
+        watched: an entry the caller may not see counts as not watched)."""
         w = self.find_alive(pid)
         if w is None or not may_watch(w.uid):
             if any(may_watch(e.uid) for e in self.find(pid)):
                 raise NoSuchProcess(pid, "exited")
             raise NoSuchProcess(pid, "not watched")
+        return w
+
+    def reset_peaks(self, pid: int, may_watch: MayWatch = anyone, now: float | None = None,
+                    kernel: bool = False) -> Watched:
+        """A new peak window (see :mod:`.watched`). ``kernel``: also reset the kernel's VmHWM
+        (clear_refs), which resets the target's own ``ru_maxrss``; whether the caller may
+        ask for that is the caller's rule. Where the kernel refuses, the window restarts
+        on the agent's side as without ``kernel``."""
+        w = self.live(pid, may_watch)
         now = time.time() if now is None else now
-        try:
-            w.handle.clear_refs()
-            exact = True
-        except AccessDenied:
-            log.warning("pid %d: kernel peak not resettable (clear_refs denied); peak is sampled from now on", pid)
-            exact = False
+        kernel_reset = False
+        if kernel:
+            try:
+                w.handle.clear_refs()
+                kernel_reset = True
+            except AccessDenied:
+                log.warning("pid %d: kernel peak not resettable (clear_refs denied); window restarted "
+                            "on the agent's side", pid)
         statm, mem = w.handle.memory()
-        w.restart_window(now, exact, statm.resident, statm.shared, mem.hwm_bytes)
+        w.restart_window(now, kernel_reset, statm.resident, statm.shared, mem.hwm_bytes)
         return w
 
     def mark_exited(self, gone: list[Watched], now: float) -> None:
@@ -221,7 +234,8 @@ class Registry:
         for w in gone:
             w.exit_signal = w.handle.exit_signal()  # a zombie still tells how it died
             w.mark_exited(now)
-            log.info("%d (%s) exited; peak %d bytes", w.pid, printable(w.label or w.name), w.peak)
+            log.info("%d (%s) exited; peak %d bytes%s", w.pid, printable(w.label or w.name), w.peak,
+                     "" if w.peak_known_exact else " (no exit record: may have grown after the last read)")
         self._rebuild_alive()
         for w in gone:
             self.events.exited(w)

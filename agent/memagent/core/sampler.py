@@ -43,6 +43,9 @@ class Sampler:
         self.ticks = 0
         #: Processes whose memory was re-read in the last tick (the others did not change).
         self.changed: list[Watched] = []
+        #: Called when a tick found processes gone, before they are marked exited: takes
+        #: the kernel's exit records queued by then (see memagent.core.process_events).
+        self.before_exit: Callable[[], None] | None = None
 
     def sample(self, now: float) -> list[Watched]:
         """One tick over every live process. Returns the processes found exited; those
@@ -80,6 +83,9 @@ class Sampler:
                 raise
             w.history.add(now, w.rss)
         if exited:
+            if self.before_exit is not None:
+                self.before_exit()
+                exited = [w for w in exited if self.registry.entries.get(w.key) is w]
             self.registry.mark_exited(exited, now)
         return exited
 

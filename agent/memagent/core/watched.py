@@ -6,9 +6,18 @@ It lives only in ``/proc/PID/status`` (~10-13 µs to read and parse, see ``bench
 the sampler reads status when ``statm`` changed since the last tick, and otherwise at
 least every ``status_every`` ticks; the reported peak is never lower than a value sampled.
 
-``reset-peaks`` writes ``5`` to ``/proc/PID/clear_refs`` (the kernel resets VmHWM to the
-current RSS). Where that write is refused, the window restarts on the agent's side and
-the peak becomes the maximum of samples: ``rss_peak_exact`` says which.
+``reset-peaks`` starts a new window on the agent's side only: it keeps VmHWM's value at
+that moment (``hwm_at_reset``) and the sampled maximum restarts. The window's peak is then
+the maximum of samples (``rss_peak_exact`` false) until VmHWM rises above
+``hwm_at_reset``: that maximum was reached after the reset, so VmHWM is the window's exact
+peak again. The target itself is untouched. ``reset-peaks --kernel`` writes ``5`` to
+``/proc/PID/clear_refs`` (the kernel resets VmHWM to the current RSS, and with it the
+target's own ``getrusage().ru_maxrss``): the peak is exact at once.
+
+A process that exits may have grown after the last VmHWM read. The kernel's exit record
+(taskstats, :mod:`memagent.core.process_events`) carries its final VmHWM: with it the peak
+of an exited process is exact; without it (no netlink, or the record lost) it is not
+(``rss_peak_exact`` false), however recent the last read.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ ATTRIBUTE_OF = {
     "rss_peak_bytes": "peak",
     "anon_bytes": "anon",
     "swap_bytes": "swap",
-    "rss_peak_exact": "peak_exact",
+    "rss_peak_exact": "peak_known_exact",
     "vram_bytes": "vram",
     "vram_peak_bytes": "vram_peak",
     "gpus": "vram_gpus",
@@ -50,6 +59,7 @@ class Watched:
         "attached_at",
         "cgroup",
         "cmdline",
+        "exit_hwm",
         "exit_signal",
         "exited_at",
         "follow_children",
@@ -57,15 +67,16 @@ class Watched:
         "handle",
         "history",
         "hwm",
+        "hwm_at_reset",
         "label",
         "label_trusted",
         "last_statm",
         "memory_reader",
         "name",
         "oom_count",
-        "peak_exact",
         "peak_since",
         "pid",
+        "pre_exec",
         "row",
         "rss",
         "sampled_max",
@@ -118,7 +129,9 @@ class Watched:
         self.rss = self.anon = self.swap = 0
         self.hwm = 0
         self.sampled_max = 0
-        self.peak_exact = True
+        #: VmHWM when the window restarted on the agent's side (reset-peaks without
+        #: --kernel); None: VmHWM covers the window (from start, or a kernel reset).
+        self.hwm_at_reset: int | None = None
         self.peak_since = start_time
         self.last_statm = b""
         self.status_due = 0
@@ -147,6 +160,12 @@ class Watched:
         #: Its cgroup's oom_kill counter when last read; the signal that ended it.
         self.oom_count: int | None = None
         self.exit_signal: int | None = None
+        #: The kernel's final VmHWM from its exit record (taskstats), None until one came.
+        self.exit_hwm: int | None = None
+        #: Attached at its fork (a followed parent's child), before it ran a program of its
+        #: own: until its exec, its memory is its parent's (a copy, or the very same
+        #: pages under vfork), which its own peak must not count.
+        self.pre_exec = False
         # Raw descriptors for the sampler's hot loop (no wrapper call per read).
         self.statm_fd = handle.statm_fd
         self.status_fd = handle.status_fd
@@ -157,8 +176,20 @@ class Watched:
         return (self.pid, self.starttime)
 
     @property
+    def peak_exact(self) -> bool:
+        """VmHWM covers the window: no agent-side reset, or VmHWM rose above its value then."""
+        return self.hwm_at_reset is None or self.hwm > self.hwm_at_reset
+
+    @property
     def peak(self) -> int:
         return max(self.hwm, self.sampled_max) if self.peak_exact else self.sampled_max
+
+    @property
+    def peak_known_exact(self) -> bool:
+        """The wire's ``rss_peak_exact``: :attr:`peak_exact`, and for a process that exited,
+        the kernel's final VmHWM arrived (:meth:`take_exit_hwm`). Without it the process may
+        have grown between the last VmHWM read and its exit, which no /proc read can see."""
+        return self.peak_exact and (self.alive or self.exit_hwm is not None)
 
     def set_memory(self, resident_pages: int, shared_pages: int, hwm: int | None, swap: int | None) -> None:
         self.rss = resident_pages * PAGE_SIZE
@@ -209,15 +240,42 @@ class Watched:
         self.handle.close()
         self.statm_fd = self.status_fd = -1
 
-    def restart_window(self, now: float, exact: bool, resident_pages: int, shared_pages: int,
-                       hwm: int | None) -> None:
-        """A new peak window from values read just now (after clear_refs): the last tick's
-        RSS may be stale, e.g. caught in the middle of a spike that is over."""
-        self.peak_since = now
-        self.peak_exact = exact
+    def take_exit_hwm(self, hwm: int) -> None:
+        """The kernel's high-water RSS as the process exited (its taskstats exit record);
+        it may come before or after the sampler finds the process gone."""
+        self.exit_hwm = max(self.exit_hwm or 0, hwm)
+        if hwm > self.hwm:
+            self.hwm = hwm
+        self._build_row()
+
+    def new_image(self, name: str, cmdline: list[str], resident_pages: int, shared_pages: int,
+                  hwm: int | None, swap: int | None) -> None:
+        """Its first exec since it was attached at its fork (:attr:`pre_exec`): from here
+        on the memory is its own; the figures are the new program's, read just now."""
+        self.pre_exec = False
+        self.name = name
+        self.cmdline = cmdline
         self.sampled_max = 0
-        self.hwm = (hwm or 0) if exact else 0
-        self.set_memory(resident_pages, shared_pages, self.hwm, None)
+        self.hwm = 0
+        self.set_memory(resident_pages, shared_pages, hwm, swap)
+        self.last_statm = b""  # re-read status on the next tick
+        self.status_due = 0
+
+    def restart_window(self, now: float, kernel_reset: bool, resident_pages: int, shared_pages: int,
+                       hwm: int | None) -> None:
+        """A new peak window from values read just now (after clear_refs when
+        ``kernel_reset``): the last tick's RSS may be stale, e.g. caught in the middle of a
+        spike that is over. Without a kernel reset, VmHWM now is the bar it must pass."""
+        self.peak_since = now
+        self.sampled_max = 0
+        if kernel_reset:
+            self.hwm = hwm or 0
+            self.hwm_at_reset = None
+        else:
+            if hwm is not None:
+                self.hwm = hwm
+            self.hwm_at_reset = self.hwm
+        self.set_memory(resident_pages, shared_pages, hwm, None)
         self.last_statm = b""  # re-read status on the next tick
         self.status_due = 0
         # The driver's accounting maximum covers the process's whole life and cannot be

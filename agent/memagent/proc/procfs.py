@@ -122,6 +122,11 @@ class ProcFS:
     def path(self, *parts: object) -> str:
         return os.path.join(self.root, *(str(p) for p in parts))
 
+    @property
+    def is_kernel(self) -> bool:
+        """The kernel's own /proc (not a fixture tree): kernel events are about it."""
+        return os.path.realpath(self.root) == "/proc"
+
     def read(self, *parts: object) -> bytes:
         with open(self.path(*parts), "rb") as f:
             return f.read()

@@ -35,14 +35,14 @@ from memproto.frames import (
     Unsubscribe,
 )
 from memproto.limits import MAX_FRAME_BYTES
-from memproto.records import DaemonStatus, Failure, Series
+from memproto.records import DaemonStatus, Failure, ProcessInfo, Series
 from memproto.text import label_problem
 from memproto.vocabulary import ErrorCode, StackState
 
 from ..core.registry import Registry
 from ..core.stack_collector import StackCollector
 from ..core.watched import Watched
-from ..errors import MemagentError, ProcessError
+from ..errors import AccessDenied, MemagentError, ProcessError
 from .access import Access
 from .pacing import Pacer, Slice
 from .session import ClientSession
@@ -159,9 +159,27 @@ class Dispatcher:
 
     async def reset_peaks(self, session: ClientSession, req: ResetPeaks) -> ResetPeaksOk:
         may_watch = session.access.may_watch
-        reset, failed = await _each_pid(
-            req.pids, lambda pid: [self.registry.reset_peaks(pid, may_watch).info()], self.pacer.start())
+
+        def one(pid: int) -> list[ProcessInfo]:
+            if req.kernel:
+                self._kernel_reset_check(session.access, pid)
+            return [self.registry.reset_peaks(pid, may_watch, kernel=req.kernel).info()]
+
+        reset, failed = await _each_pid(req.pids, one, self.pacer.start())
         return ResetPeaksOk(req.id, reset, failed)
+
+    def _kernel_reset_check(self, access: Access, pid: int) -> None:
+        """A kernel reset (clear_refs) also resets what the process reports about itself
+        (``getrusage().ru_maxrss``): never for PID 1, and for any client, root included,
+        only for a process it could reset itself: real, effective and saved UID the
+        client's, and dumpable (its /proc files the client's). Re-read now."""
+        w = self.registry.live(pid, access.may_watch)  # not visible: "not watched" as without kernel
+        if pid == 1:
+            raise AccessDenied(pid, "kernel: resetting the kernel's mark resets the process's own ru_maxrss; "
+                                    "never for PID 1")
+        if w.handle.memory_access().reader != access.peer.uid:
+            raise AccessDenied(pid, "kernel: resetting the kernel's mark resets the process's own ru_maxrss; "
+                                    "only for a process of yours (real, effective and saved UID yours, dumpable)")
 
     def _visible(self, session: ClientSession) -> list[Watched]:
         return self.registry.visible(session.access.may_watch)
@@ -185,17 +203,21 @@ class Dispatcher:
         return Ack(req.id)
 
     async def history(self, session: ClientSession, req: History) -> bytes | Error:
-        """Encoded series by series, between ticks (see :class:`memproto.ListFrameEncoder`)."""
+        """Encoded series by series, between ticks (see :class:`memproto.ListFrameEncoder`):
+        each process's values exist as Python ints only while its series is packed (1000 x
+        600 of them at once would cost the daemon ~20 MB)."""
         wanted = set(req.pids)
         chosen = [w for w in self._visible(session) if not wanted or w.pid in wanted]
         pace = self.pacer.start()
-        series = []
+        encoder = ListFrameEncoder(HistoryOk.TYPE, {"id": req.id, "step": self.registry.history_step}, "series",
+                                   len(chosen))
         for w in chosen:
             end, values = w.history.series(req.seconds)
-            series.append(Series(w.pid, w.start_time, end, values))
+            encoder.add(Series(w.pid, w.start_time, end, values))
+            if encoder.size > MAX_FRAME_BYTES:
+                return Error(req.id, ErrorCode.TOO_LARGE, f"reply over {MAX_FRAME_BYTES} bytes; ask for less")
             await pace.pause()
-        return await _encode_list(HistoryOk.TYPE, {"id": req.id, "step": self.registry.history_step}, "series",
-                                  series, pace, req.id)
+        return encoder.bytes()
 
     async def stack(self, session: ClientSession, req: Stack) -> Frame | None:
         candidates = [w for w in self.registry.find(req.pid) if session.access.may_watch(w.uid)]

@@ -18,6 +18,7 @@ from .. import SOFTWARE
 from ..alerting.engine import AlertEngine
 from ..config import AgentConfig
 from ..core.gpu import GpuSampler
+from ..core.process_events import ProcessEvents
 from ..core.registry import Registry
 from ..core.sampler import Ticker
 from ..core.stack_collector import StackCollector
@@ -39,6 +40,7 @@ class StatusReport:
     gpu: GpuSampler
     stacks: StackCollector
     alerts: AlertEngine
+    events: ProcessEvents
 
     def build(self, access: Access) -> DaemonStatus:
         visible = self.registry.visible(access.may_watch)
@@ -76,6 +78,9 @@ class StatusReport:
             alerts_active=_visible(self.alerts.book.active.values(), own),
             alerts_recent=_visible(self.alerts.book.recent, own),
             pressure=self.alerts.pressure,
+            process_events=self.events.mode,
+            process_events_note=self.events.note if self.events.overruns == 0 else
+            f"{self.events.overruns} socket overruns: events lost (the /proc scan covers missed forks)",
         )
 
 
