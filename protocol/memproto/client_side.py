@@ -63,11 +63,20 @@ def trusted_uids(environ: Mapping[str, str] = os.environ) -> tuple[int, ...]:
         raise ValueError(f"{TRUST_ENV}={value!r} names no user") from None
 
 
+_UCRED = struct.Struct("3i")
+
+
+def peer_ucred(sock: socket.socket) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of the process at the other end of a connected Unix socket: the
+    kernel's ``SO_PEERCRED``, which the peer cannot forge (a client's as of ``connect``, a
+    daemon's as of ``listen``). Both sides of the socket read it here."""
+    pid, uid, gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    return int(pid), int(uid), int(gid)
+
+
 def peer_uid(sock: socket.socket) -> int:
-    """The UID of the process at the other end of a connected Unix socket (the kernel's
-    ``SO_PEERCRED``: for a client, the daemon's UID when it called ``listen``)."""
-    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-    return int(uid)
+    """The UID of the process at the other end (for a client: the daemon's)."""
+    return peer_ucred(sock)[1]
 
 
 def check_server(sock: socket.socket, path: str) -> int:

@@ -13,13 +13,13 @@ import socket
 import struct
 from dataclasses import dataclass, replace
 
+from memproto.client_side import peer_ucred
 from memproto.records import Alert, Headroom
 
 from ..core.registry import Registry
 from ..errors import ConfigError, MemagentError
 from ..proc.procfs import ProcFS
 
-_UCRED = struct.Struct("3i")
 #: Linux's SO_PEERGROUPS (4.13+): the peer's supplementary groups as of connect().
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
 _MAX_GROUPS_BYTES = 4 * 4096
@@ -35,8 +35,7 @@ class Peer:
 
 
 def peer_credentials(sock: socket.socket) -> Peer:
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    pid, uid, gid = _UCRED.unpack(raw)
+    pid, uid, gid = peer_ucred(sock)
     groups: frozenset[int] | None
     try:
         blob = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, _MAX_GROUPS_BYTES)

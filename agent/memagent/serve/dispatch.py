@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TypeVar
 
 from memproto import ListFrameEncoder
@@ -78,17 +78,27 @@ async def _each_pid(pids: list[int], act: Callable[[int], list[T]], pace: Slice)
     return done, failed
 
 
-async def _encode_list(tag: str, fixed: dict[str, object], field: str, items: Sequence[object], pace: Slice,
-                       request_id: int) -> bytes | Error:
-    """A reply whose last field is a long list, packed item by item between ticks; an
-    error frame instead when it would pass the frame limit (found before it is all built)."""
-    encoder = ListFrameEncoder(tag, fixed, field, len(items))
+async def _encode_list(tag: str, fixed: dict[str, object], field: str, items: Iterable[object], count: int,
+                       pace: Slice, request_id: int) -> bytes | Error:
+    """A reply whose last field is a long list of ``count`` items, packed item by item
+    between ticks (``items`` may make each one only when it is packed); an error frame
+    instead when it would pass the frame limit (found before it is all built)."""
+    encoder = ListFrameEncoder(tag, fixed, field, count)
     for item in items:
         encoder.add(item)
         if encoder.size > MAX_FRAME_BYTES:
             return Error(request_id, ErrorCode.TOO_LARGE, f"reply over {MAX_FRAME_BYTES} bytes; ask for less")
         await pace.pause()
     return encoder.bytes()
+
+
+def _memory_reader(w: Watched) -> int | None:
+    """The unprivileged UID that may read ``w``'s memory, re-read while it runs (it may
+    change its UIDs or dumpability); an exited process keeps the last word."""
+    if w.alive:
+        with contextlib.suppress(MemagentError):  # gone meanwhile: the last word stands
+            w.memory_reader = w.handle.memory_access().reader
+    return w.memory_reader
 
 
 class Dispatcher:
@@ -147,7 +157,8 @@ class Dispatcher:
         infos = [w.info() for w in attached]
         if len(infos) < 200:
             return AttachOk(req.id, infos, failed)
-        return await _encode_list(AttachOk.TYPE, {"id": req.id, "failed": failed}, "attached", infos, pace, req.id)
+        return await _encode_list(AttachOk.TYPE, {"id": req.id, "failed": failed}, "attached", infos, len(infos),
+                                  pace, req.id)
 
     async def detach(self, session: ClientSession, req: Detach) -> DetachOk:
         may_watch = session.access.may_watch
@@ -177,7 +188,7 @@ class Dispatcher:
         if pid == 1:
             raise AccessDenied(pid, "kernel: resetting the kernel's mark resets the process's own ru_maxrss; "
                                     "never for PID 1")
-        if w.handle.memory_access().reader != access.peer.uid:
+        if _memory_reader(w) != access.peer.uid:
             raise AccessDenied(pid, "kernel: resetting the kernel's mark resets the process's own ru_maxrss; "
                                     "only for a process of yours (real, effective and saved UID yours, dumpable)")
 
@@ -187,12 +198,8 @@ class Dispatcher:
     async def list(self, session: ClientSession, req: ListProcesses) -> bytes | Error:
         """Encoded record by record: 1000 processes cost ~30 ms, cut into slices."""
         visible = self._visible(session)
-        pace = self.pacer.start()
-        infos = []
-        for w in visible:
-            infos.append(w.info())
-            await pace.pause()
-        return await _encode_list(ListOk.TYPE, {"id": req.id}, "processes", infos, pace, req.id)
+        return await _encode_list(ListOk.TYPE, {"id": req.id}, "processes", (w.info() for w in visible),
+                                  len(visible), self.pacer.start(), req.id)
 
     async def subscribe(self, session: ClientSession, req: Subscribe) -> Ack:
         session.subscribed = True
@@ -208,16 +215,14 @@ class Dispatcher:
         600 of them at once would cost the daemon ~20 MB)."""
         wanted = set(req.pids)
         chosen = [w for w in self._visible(session) if not wanted or w.pid in wanted]
-        pace = self.pacer.start()
-        encoder = ListFrameEncoder(HistoryOk.TYPE, {"id": req.id, "step": self.registry.history_step}, "series",
-                                   len(chosen))
-        for w in chosen:
-            end, values = w.history.series(req.seconds)
-            encoder.add(Series(w.pid, w.start_time, end, values))
-            if encoder.size > MAX_FRAME_BYTES:
-                return Error(req.id, ErrorCode.TOO_LARGE, f"reply over {MAX_FRAME_BYTES} bytes; ask for less")
-            await pace.pause()
-        return encoder.bytes()
+
+        def series() -> Iterator[Series]:
+            for w in chosen:
+                end, values = w.history.series(req.seconds)
+                yield Series(w.pid, w.start_time, end, values)
+
+        return await _encode_list(HistoryOk.TYPE, {"id": req.id, "step": self.registry.history_step}, "series",
+                                  series(), len(chosen), self.pacer.start(), req.id)
 
     async def stack(self, session: ClientSession, req: Stack) -> Frame | None:
         candidates = [w for w in self.registry.find(req.pid) if session.access.may_watch(w.uid)]
@@ -257,10 +262,7 @@ class Dispatcher:
         while the process runs (it may change both); an exited process keeps the last word."""
         if access.sees_all:
             return None
-        if w.alive:
-            with contextlib.suppress(MemagentError):  # gone meanwhile: the last word stands
-                w.memory_reader = w.handle.memory_access().reader
-        if w.memory_reader != access.peer.uid:
+        if _memory_reader(w) != access.peer.uid:
             return (f"permission denied: {w.pid} (setuid, changed UIDs or not dumpable: "
                     "its memory is not readable by you)")
         return None
