@@ -67,9 +67,12 @@ class Client:
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             self._sock.close()
             raise DaemonNotRunning(path) from None
-        except OSError:
+        except PermissionError:
             self._sock.close()
             raise
+        except OSError as exc:  # e.g. a path too long for AF_UNIX: one line for the user, not a traceback
+            self._sock.close()
+            raise ConnectionLost(f"cannot connect to {path}: {exc.strerror or exc}") from None
         try:
             check_server(self._sock, path)  # before a byte is sent: is it root's, ours?
         except BaseException:

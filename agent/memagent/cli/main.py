@@ -38,12 +38,16 @@ EXIT_NO_DAEMON = 2
 EXIT_USAGE = 2
 
 
+#: Linux's PID_MAX_LIMIT: no PID is above it (and a bigger number does not fit the wire).
+PID_MAX = 4_194_304
+
+
 def _pid(value: str) -> int:
     try:
         pid = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a PID: {value!r}") from None
-    if pid <= 0:
+    if not 0 < pid <= PID_MAX:
         raise argparse.ArgumentTypeError(f"not a PID: {value!r}")
     return pid
 
