@@ -10,6 +10,9 @@ Prints a report; asserts nothing. See bench/README.md for what each number means
 5. tick regularity of the real daemon at 1000 processes, 0.1 s      (tick_regularity.py)
 6. memtop at 1000 rows                                              (memtop_update.py)
 7. what py-spy stack dumps cost a watched workload                  (stacks_overhead.py)
+8. alert latency: headroom crossing to hook                         (alert_latency.py)
+9. what a PSS read costs, per GiB and per second at 100 processes   (pss_cost.py)
+10. the daemon's whole-process CPU per process-sample, against psutil (daemon_cpu.py)
 
 All watched processes are children of this process in one process group, killed on the
 way out whatever happens (SIGTERM included).
@@ -103,6 +106,14 @@ def main() -> int:
 
     print("== 8. alert latency: headroom crossing to hook ==", flush=True)
     subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "alert_latency.py")],
+                   check=False)
+    print()
+    print("== 9. PSS read cost at 100 processes ==", flush=True)
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pss_cost.py")],
+                   check=False)
+    print()
+    print("== 10. daemon CPU per process-sample at 1000 idle processes, 10 Hz ==", flush=True)
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "daemon_cpu.py")],
                    check=False)
     print()
     print(f"done in {time.monotonic() - started:.0f} s; {_load()} at end (other load on the box skews wall times)")

@@ -30,6 +30,11 @@ _FIXTURE_FILES = {p.relative_to(FIXTURE): p.read_bytes() for p in sorted(FIXTURE
 _STATE, _PPID, _STARTTIME, _EXIT_CODE = 0, 1, 19, 49
 
 
+#: A process that maps only small private files (a library): no sharing key.
+LIBRARY_MAPS = ("7f2a10000000-7f2a10200000 r-xp 00000000 08:01 1234567                    "
+                "/usr/lib/x86_64-linux-gnu/libc.so.6\n")
+
+
 class ProcTree:
     """The copy, at ``root``; sizes are in bytes, as the agent keeps them."""
 
@@ -75,11 +80,14 @@ class ProcTree:
         old_hwm = self.status_kb(pid, "VmHWM") or 0
         self.set_status(pid, VmRSS=rss, VmHWM=hwm if hwm is not None else max(old_hwm, rss))
 
-    def set_smaps_rollup(self, pid: int, rss: int, pss: int) -> None:
+    def set_smaps_rollup(self, pid: int, rss: int, pss: int, maps: str = LIBRARY_MAPS) -> None:
+        """What a PSS read finds: smaps_rollup's ``Rss``/``Pss``, and ``maps`` (whose shared
+        mappings tie it to other processes, see memagent.proc.sharing)."""
         self.write(pid, "smaps_rollup",
                    "55a4c0e2b000-7ffd1b5f9000 ---p 00000000 00:00 0                          [rollup]\n"
                    f"Rss:            {rss // KiB:8d} kB\nPss:            {pss // KiB:8d} kB\n"
                    "Pss_Anon:              0 kB\n")
+        self.write(pid, "maps", maps)
 
     def set_meminfo(self, total: int, available: int) -> None:
         text = (self.root / "meminfo").read_text()

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import resource
 import time
+from collections import deque
 
 from memproto.records import Alert
 from memproto.text import printable
-from memproto.vocabulary import AlertState
+from memproto.vocabulary import AlertKind, AlertState, Severity
 
 from .alerting.engine import AlertEngine
 from .alerting.hooks import HookRunner
-from .config import AgentConfig
+from .config import RESTART_KEYS, AgentConfig, AlertConfig, changed_keys
 from .core.autoattach import Scanner
 from .core.gpu import GpuSampler
 from .core.process_events import ProcessEvents
@@ -88,9 +90,12 @@ class Agent:
             idle_timeout=config.client_idle_timeout,
         )
         self.registry.events = self.server
+        self.process_events.on_sharing_change = self.alerts.sharing.touch
         self.stacks.on_state = self.server.stack_state
         self.report = StatusReport(config, time.time(), self.procfs, self.registry, self.ticker, self.server,
                                    self.gpu, self.stacks, self.alerts, self.process_events)
+        #: Hook runners replaced by a reload, finishing what they had started.
+        self._retiring: set[asyncio.Task[None]] = set()
 
     def on_tick(self, now: float) -> None:
         if self.ticker.ticks % self._scan_every == 1 or self._scan_every == 1:
@@ -101,13 +106,18 @@ class Agent:
             changed = changed + self.gpu.sample(self.ticker.ticks)
         if self.config.stacks.enabled:
             self.stacks.on_tick(now, changed, exited, self.registry)
-        self.alerts.on_tick(now, exited, self.gpu.devices, changed=bool(changed or exited))
+        self.alerts.on_tick(now, exited, self.gpu.devices, changed=bool(changed or exited),
+                            moved=self.sampler.changed)
         rows, uids = self.sampler.rows()
         self.server.broadcast_sample(self.ticker.ticks, now, rows, uids)
 
     def deliver_alert(self, alert: Alert) -> None:
-        """Every way an alert leaves the daemon: log line, protocol frame, hook."""
-        level = logging.WARNING if alert.state == AlertState.FIRING else logging.INFO
+        """Every way an alert leaves the daemon: log line, protocol frame, hook. The line's
+        level is its syslog priority under journald (docs/service.md): a firing warning 4,
+        a firing critical alert 3 (``journalctl -p err`` shows them), the rest 6."""
+        level = logging.INFO
+        if alert.state == AlertState.FIRING:
+            level = logging.ERROR if alert.severity == Severity.CRITICAL else logging.WARNING
         log.log(level, "alert %s %s %s [%s]: %s", alert.kind, alert.state, alert.severity,
                 printable(alert.resource), printable(alert.message))
         self.server.publish_alert(alert, self.registry)
@@ -143,8 +153,83 @@ class Agent:
                 loop.remove_reader(fd)
             self.process_events.close()
             await self.server.close()
+            for task in self._retiring:
+                task.cancel()
+            await asyncio.gather(*self._retiring, return_exceptions=True)
             await self.hooks.close()
             self.alerts.close()
             self.registry.close()
             self.gpu.close()
             log.info("stopped")
+
+    # ------------------------------------------------------------------ the service (docs/service.md)
+
+    def on_time(self, slack: float) -> bool:
+        """Whether the tick loop keeps its deadlines: running, its next tick overdue by no
+        more than ``slack`` seconds. The watchdog pings only then."""
+        return self.ticker.deadline is not None and self.ticker.due_in() > -slack
+
+    def summary(self) -> str:
+        """One line for ``systemctl status``."""
+        return (f"{len(self.registry.alive)} processes watched, {len(self.server.sessions)} clients, "
+                f"sampling every {self.config.interval:g} s")
+
+    def reload(self, new: AgentConfig) -> tuple[list[str], list[str]]:
+        """Apply a configuration read again (SIGHUP) to the running parts: what is watched,
+        its peaks, history, labels, alerts and clients stay. Returns the file keys applied
+        and those kept at their running value until a restart (:data:`RESTART_KEYS`). What
+        can fail (a group or hook user gone) is done first: on ConfigError nothing changed."""
+        changed = changed_keys(self.config, new)
+        kept = [k for k in changed if k in RESTART_KEYS]
+        applied = [k for k in changed if k not in RESTART_KEYS]
+        if not applied:
+            return applied, kept
+        policy = AccessPolicy(resolve_group(new.admin_group, "admin_group"), self.procfs)
+        hooks = None
+        if _hook_settings(new.alerts) != _hook_settings(self.config.alerts):
+            a = new.alerts
+            hooks = HookRunner(a.hook, a.hook_timeout, user=a.hook_user, min_interval=a.hook_min_interval,
+                               rate=a.hook_rate, burst=a.hook_burst)
+        c = self.config
+        # In place: every part holds these objects (engine, sharing, stacks, status report).
+        for name in ("auto", "auto_label", "admin_group", "status_refresh", "max_clients", "max_clients_per_uid",
+                     "client_idle_timeout"):
+            setattr(c, name, getattr(new, name))
+        for part, fresh, fixed in ((c.headroom, new.headroom, ()), (c.alerts, new.alerts, ()),
+                                   (c.stacks, new.stacks, ("enabled", "py_spy"))):
+            for f in dataclasses.fields(part):
+                if f.name not in fixed:
+                    setattr(part, f.name, getattr(fresh, f.name))
+        self.sampler.status_every = self.gpu.exact_every = max(1, round(c.status_refresh / c.interval))
+        if "auto" in applied or "auto_label" in applied:  # a new scanner looks at every process again
+            self.scanner = self.process_events.scanner = Scanner(self.registry, c.auto, label=c.auto_label)
+        self.stacks.bucket.rate = c.stacks.budget
+        book = self.alerts.book
+        book.hysteresis = c.alerts.hysteresis
+        if book.recent.maxlen != c.alerts.recent:
+            book.recent = deque(book.recent, maxlen=c.alerts.recent)
+        for label in book.resources(AlertKind.BUDGET) - set(c.alerts.budgets):
+            book.clear(AlertKind.BUDGET, label, f"resolved: label '{printable(label)}' has no budget any more")
+        s = self.server
+        s.policy = policy  # for new connections: a client's access is decided once, at connect
+        s.max_clients, s.max_clients_per_uid, s.idle_timeout = c.max_clients, c.max_clients_per_uid, \
+            c.client_idle_timeout
+        if hooks is not None:
+            old, self.hooks = self.hooks, hooks
+            task = asyncio.ensure_future(_retire(old))
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+        return applied, kept
+
+
+def _hook_settings(a: AlertConfig) -> tuple[object, ...]:
+    return tuple(a.hook), a.hook_timeout, a.hook_user, a.hook_min_interval, a.hook_rate, a.hook_burst
+
+
+async def _retire(runner: HookRunner) -> None:
+    """A hook runner a reload replaced: the hooks it runs or holds still run, then it closes
+    (at shutdown: closed at once, as the current one is)."""
+    try:
+        await runner.drained()
+    finally:
+        await runner.close()

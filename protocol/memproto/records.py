@@ -230,6 +230,10 @@ class DaemonStatus:
     #: and exit records) or "polling" (/proc only); and why not netlink, for humans.
     process_events: str = "polling"
     process_events_note: str | None = None
+    #: v1.5: what the daemon failed to read at its last try and works around, for humans,
+    #: e.g. a /proc/meminfo that does not parse (the last good reading is used); empty
+    #: when all is well.
+    faults: list[str] = field(default_factory=list)
 
 
 @wire
@@ -301,7 +305,8 @@ class ProcessSample:
     column lists and the decoder's per-column type checks below are derived from it.
 
     Fields without a default are the v1.0 columns, in wire order; fields with a default
-    were added later (v1.1: VRAM) and may be absent from an older agent's frames.
+    were added later (v1.1: VRAM; v1.5: the peak's exactness) and may be absent from an
+    older agent's frames.
     """
 
     pid: int
@@ -313,24 +318,37 @@ class ProcessSample:
     swap_bytes: int
     vram_bytes: int | None = None
     vram_peak_bytes: int | None = None
+    #: v1.5: ``ProcessInfo.rss_peak_exact`` per tick, so that a client sees a reset-peaks
+    #: window turn sampled and exact again, and an exited process's exit record arrive,
+    #: without asking ``list``. nil only when absent (an older agent): keep the list's flag.
+    rss_peak_exact: bool | None = None
 
 
 _SAMPLE_DECL = dataclasses.fields(ProcessSample)
 #: Columns every sample frame carries, in this order in v1.0. Decoders look columns up by
 #: name, so a newer agent may append columns.
 SAMPLE_FIELDS: tuple[str, ...] = tuple(f.name for f in _SAMPLE_DECL if f.default is dataclasses.MISSING)
-#: Columns added in v1.1, after those: int or nil. A frame without them (an older agent)
-#: decodes with nil there.
+#: Columns added later, after those (v1.1: ``vram_bytes``, ``vram_peak_bytes``, int or
+#: nil; v1.5: ``rss_peak_exact``, a bool). A frame without them (an older agent) decodes
+#: with nil there.
 OPTIONAL_SAMPLE_FIELDS: tuple[str, ...] = tuple(f.name for f in _SAMPLE_DECL if f.default is not dataclasses.MISSING)
 #: What this version's agent sends.
 SAMPLE_COLUMNS: tuple[str, ...] = SAMPLE_FIELDS + OPTIONAL_SAMPLE_FIELDS
 
 
 def _accepted(tp: object) -> type | tuple[type, ...]:
-    """The Python types a decoded msgpack value of field type ``tp`` may have."""
+    """The Python types a decoded msgpack value of field type ``tp`` may have.
+
+    ``bool | None`` is ``bool``: such a column is nil only by its absence (an older agent),
+    since the agent always knows a flag; and the decoder refuses a ``bool`` for every kind
+    but ``bool`` itself (a ``bool`` is an ``int`` to ``isinstance``), so ``(bool, NoneType)``
+    would refuse every value but nil.
+    """
     if tp is float:
         return (int, float)  # msgpack keeps 1.0 as a float, but a peer may send 1
     args = typing.get_args(tp)
+    if bool in args:  # ``bool | None``
+        return bool
     if args:  # ``int | None``
         return tuple(a for a in args if isinstance(a, type))
     assert isinstance(tp, type)

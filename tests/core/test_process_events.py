@@ -17,6 +17,7 @@ from memagent.core.registry import Registry
 from memagent.core.sampler import Sampler
 from memagent.core.watched import Watched
 from memagent.proc.netlink_msg import EXEC, FORK, ExitStats, ProcEvent
+from memagent.proc.procfs import PAGE_SIZE
 
 CHILD = 5000
 
@@ -42,8 +43,8 @@ def events(registry: Registry) -> ProcessEvents:
     return ProcessEvents(registry, Scanner(registry))
 
 
-def record(pid: int, hwm: int, tgid: int | None = None) -> ExitStats:
-    return ExitStats(pid, tgid, hwm, "python3", 16)
+def record(pid: int, hwm: int, tgid: int | None = None, *, ppid: int = 0, uid: int = 1000) -> ExitStats:
+    return ExitStats(pid, tgid, hwm, "python3", 16, uid=uid, ppid=ppid, btime=1_700_000_000)
 
 
 # --------------------------------------------------------------------------- fork and exec
@@ -78,10 +79,65 @@ def test_children_of_a_process_not_followed_are_not_attached(proc_tree: ProcTree
     assert [w.pid for w in registry.alive] == [TRAINER]
 
 
-def test_a_child_gone_before_its_fork_is_heard_is_skipped(registry: Registry, events: ProcessEvents) -> None:
+def test_a_child_reaped_before_its_fork_is_heard_is_known_by_its_exit_record(
+        registry: Registry, events: ProcessEvents) -> None:
+    """No /proc/5000 any more: the child exited and was reaped before the agent read its
+    fork. Its exit record, which names its parent, makes it an exited entry."""
+    registry.attach(TRAINER, label="job", children=True)
+    events.apply([ProcEvent(FORK, CHILD, TRAINER), ProcEvent(FORK, CHILD + 1, TRAINER)],
+                 [record(CHILD, GiB, ppid=TRAINER)], now=100.0)
+    (child,) = registry.find(CHILD)
+    assert (child.alive, child.label, child.name, child.cmdline) == (False, "job", "python3", [])
+    assert (child.peak, child.info().rss_peak_exact, child.start_time) == (GiB, True, 1_700_000_000)
+    # A record may come in a later batch, within LATE_RECORD_S; one naming another parent
+    # is another process's.
+    events.apply([], [record(CHILD + 1, 2 * GiB, ppid=WEIRD)], now=101.0)
+    assert registry.find(CHILD + 1) == []
+    events.apply([], [record(CHILD + 1, 2 * GiB, ppid=TRAINER)], now=101.0 + LATE_RECORD_S)
+    assert registry.find(CHILD + 1) == []
+    events.apply([ProcEvent(FORK, CHILD + 2, TRAINER)], [], now=110.0)
+    events.apply([], [record(CHILD + 2, 2 * GiB, ppid=TRAINER)], now=111.0)
+    (late,) = registry.find(CHILD + 2)
+    assert (late.peak, late.info().rss_peak_exact) == (2 * GiB, True)
+
+
+def test_a_pid_taken_by_an_unrelated_process_is_not_the_child(proc_tree: ProcTree, registry: Registry,
+                                                              events: ProcessEvents) -> None:
+    """The child was reaped and its PID is another process's (not the parent's child)
+    when the agent reads the fork: that process is not attached in its place."""
     registry.attach(TRAINER, children=True)
-    events.apply([ProcEvent(FORK, CHILD, TRAINER)], [record(CHILD, GiB)])  # no /proc/5000
-    assert registry.find(CHILD) == []
+    proc_tree.add_process(CHILD, "unrelated", ppid=WEIRD)
+    events.apply([ProcEvent(FORK, CHILD, TRAINER)], [record(CHILD, GiB, ppid=TRAINER)], now=100.0)
+    (child,) = registry.find(CHILD)
+    assert (child.alive, child.name, child.peak) == (False, "python3", GiB)
+    assert registry.find_alive(CHILD) is None
+
+
+def test_a_child_attached_running_at_its_fork_takes_no_record_of_that_batch(
+        proc_tree: ProcTree, registry: Registry, events: ProcessEvents) -> None:
+    """A record of its PID read with its fork is an earlier holder's: it had not exited."""
+    registry.attach(TRAINER, children=True)
+    proc_tree.add_process(CHILD, "python3", ppid=TRAINER, rss=10 * MiB)
+    events.apply([ProcEvent(FORK, CHILD, TRAINER)], [record(CHILD, 5 * GiB, ppid=WEIRD)], now=100.0)
+    child = registry.find_alive(CHILD)
+    assert child is not None and child.exit_hwm is None
+    events.apply([], [record(CHILD, 20 * MiB, ppid=TRAINER)], now=100.1)  # its own, later
+    assert child.exit_hwm == 20 * MiB
+
+
+def test_a_child_attached_exited_at_its_fork_takes_its_own_record_of_that_batch(
+        proc_tree: ProcTree, registry: Registry, events: ProcessEvents) -> None:
+    """Already a zombie when attached: its record is the last of its PID in the batch
+    that names its parent (a zombie's PID cannot be reused)."""
+    registry.attach(TRAINER, children=True)
+    proc_tree.add_process(CHILD, "python3", ppid=TRAINER)
+    proc_tree.exit(CHILD)
+    events.apply([ProcEvent(FORK, CHILD, TRAINER)],
+                 [record(CHILD, 5 * GiB, ppid=WEIRD), record(CHILD, 2 * GiB, ppid=TRAINER)], now=100.0)
+    child = registry.find_alive(CHILD)
+    assert child is not None and child.exit_hwm == 2 * GiB
+    assert child in Sampler(registry, interval=0.1).sample(100.1)
+    assert (child.peak, child.info().rss_peak_exact) == (2 * GiB, True)
 
 
 def _set_uids(proc_tree: ProcTree, pid: int, uids: str) -> None:
@@ -109,6 +165,17 @@ def test_at_its_exec_a_child_is_checked_again_against_its_follower(
     events.apply([ProcEvent(EXEC, CHILD), ProcEvent(EXEC, CHILD + 1)], [])
     assert (child.alive, child.uid, child.memory_reader) == (True, 1000, None)
     assert registry.find(CHILD + 1) == []
+
+
+def test_a_watched_process_that_forks_or_execs_is_told_to_the_sharing_hook(
+        proc_tree: ProcTree, registry: Registry, events: ProcessEvents) -> None:
+    registry.attach(TRAINER)
+    told: list[int] = []
+    events.on_sharing_change = told.append
+    proc_tree.add_process(CHILD, "python3", ppid=TRAINER)
+    events.apply([ProcEvent(FORK, CHILD, TRAINER), ProcEvent(EXEC, TRAINER), ProcEvent(FORK, CHILD + 1, WEIRD),
+                  ProcEvent(EXEC, CHILD)], [])
+    assert told == [TRAINER, TRAINER]
 
 
 def test_an_auto_pattern_is_matched_at_exec(proc_tree: ProcTree, registry: Registry) -> None:
@@ -175,6 +242,55 @@ def test_a_thread_groups_last_record_after_the_exit_still_counts(
     assert w.info().rss_peak_exact is False
     events.apply([], [record(TRAINER + 7, 3 * GiB, tgid=TRAINER)], now=100.2)
     assert (w.peak, w.info().rss_peak_exact) == (3 * GiB, True)
+
+
+THREAD = TRAINER + 8
+
+
+def _with_thread(proc_tree: ProcTree, pid: int, tid: int) -> None:
+    """``task/`` of a process with a second thread: each thread's statm and status are the
+    process's (one memory map)."""
+    for t in (pid, tid):
+        (proc_tree.root / str(pid) / "task" / str(t)).mkdir(parents=True)
+        for name in ("statm", "status"):
+            proc_tree.write(pid, f"task/{t}/{name}", proc_tree.read(pid, name))
+
+
+def _thread_memory(proc_tree: ProcTree, pid: int, tid: int, rss: int) -> None:
+    pages = rss // PAGE_SIZE
+    proc_tree.write(pid, f"task/{tid}/statm", f"{pages * 4 + 1} {pages} 0 1 0 {pages} 0\n")
+    status = re.sub(r"^VmHWM:.*$", f"VmHWM:\t{rss // 1024} kB", proc_tree.read(pid, "status"), flags=re.M)
+    proc_tree.write(pid, f"task/{tid}/status", re.sub(r"^VmRSS:.*$", f"VmRSS:\t{rss // 1024} kB", status, flags=re.M))
+
+
+def test_a_process_whose_main_thread_exits_first_lives_on_in_its_other_threads(
+        proc_tree: ProcTree, registry: Registry, events: ProcessEvents) -> None:
+    """``pthread_exit`` in ``main``: the process's statm reads as a zombie's (it follows
+    the main thread) and the main thread's record has no tgid, but the process lives on."""
+    (w,) = registry.attach(TRAINER, now=100.0)
+    sampler = Sampler(registry, interval=0.1)
+    _with_thread(proc_tree, TRAINER, THREAD)
+    for statm in ("statm", f"task/{TRAINER}/statm"):
+        proc_tree.write(TRAINER, statm, "0 0 0 0 0 0 0\n")
+    events.apply([], [record(TRAINER, GiB)], now=100.05)
+    assert w.exit_hwm is None
+    assert sampler.sample(100.1) == [] and w.alive
+    # Read through the other thread from then on.
+    _thread_memory(proc_tree, TRAINER, THREAD, 3 * GiB)
+    assert sampler.sample(100.2) == [] and (w.rss, w.peak) == (3 * GiB, 3 * GiB)
+    # The last thread exits: its group's record is the final peak.
+    proc_tree.write(TRAINER, f"task/{THREAD}/statm", "0 0 0 0 0 0 0\n")
+    sampler.before_exit = lambda: events.apply([], [record(THREAD, 4 * GiB, tgid=TRAINER)], now=100.3)
+    assert sampler.sample(100.3) == [w]
+    assert (w.peak, w.info().rss_peak_exact) == (4 * GiB, True)
+
+
+def test_a_main_threads_record_before_its_groups_is_not_the_final_one(registry: Registry,
+                                                                     events: ProcessEvents) -> None:
+    """Both in one batch (its threads gone by the time it is read): the group's counts."""
+    (w,) = registry.attach(TRAINER, now=100.0)
+    events.apply([], [record(TRAINER, GiB), record(THREAD, 2 * GiB, tgid=TRAINER)], now=100.1)
+    assert w.exit_hwm == 2 * GiB
 
 
 def test_a_late_record_is_taken_only_soon_after_the_exit(proc_tree: ProcTree, registry: Registry,

@@ -66,13 +66,24 @@ def test_status_is_reread_every_status_every_ticks_with_statm_unchanged(
     proc_tree.set_status(TRAINER, VmHWM=first + 64 * MiB)
     reads: list[tuple[int, int]] = []  # (tick after the first, VmHWM seen after it)
     for n in range(1, 2 * sampler.status_every + 1):
-        if sampler.sample(100.0 + n * 0.1) == [] and sampler.changed:
+        if sampler.sample(100.0 + n * 0.1) == [] and sampler.changed:  # a read that found a new VmHWM
             reads.append((n, w.hwm))
+            proc_tree.set_status(TRAINER, VmHWM=w.hwm + 64 * MiB)  # another spike, for the next read
     (n1, hwm1), (n2, hwm2) = reads
     assert n1 <= sampler.status_every  # within status_refresh of the last read
     assert n2 - n1 == sampler.status_every
-    assert hwm1 == hwm2 == first + 64 * MiB
-    assert w.peak == first + 64 * MiB
+    assert (hwm1, hwm2) == (first + 64 * MiB, first + 128 * MiB)
+    assert w.peak == first + 128 * MiB
+
+
+def test_a_forced_status_read_that_finds_nothing_new_is_no_change(proc_tree: ProcTree, registry: Registry) -> None:
+    """What consumers of ``changed`` (the alert sums, stacks, PSS triggers) skip: with
+    nothing moving, a tick of 1000 processes costs their statm reads and little more."""
+    registry.attach(TRAINER, now=100.0)
+    sampler = Sampler(registry, interval=0.1, status_refresh=1.0)
+    sampler.sample(100.0)  # the first read after the attach
+    changed = [bool(sampler.sample(100.1 + n * 0.1) or sampler.changed) for n in range(3 * sampler.status_every)]
+    assert not any(changed)
 
 
 def test_a_reset_window_is_sampled_until_the_kernel_mark_passes_its_value_at_the_reset(
@@ -132,7 +143,7 @@ def test_rows_follow_the_sample_columns(registry: Registry) -> None:
     assert named[0] == {
         "pid": TRAINER, "start_time": trainer.start_time, "alive": True,
         "rss_bytes": 131072 * PAGE_SIZE, "rss_peak_bytes": 812344 * KiB, "anon_bytes": (131072 - 9876) * PAGE_SIZE,
-        "swap_bytes": 2048 * KiB, "vram_bytes": None, "vram_peak_bytes": None,
+        "swap_bytes": 2048 * KiB, "vram_bytes": None, "vram_peak_bytes": None, "rss_peak_exact": True,
     }
     assert (named[1]["pid"], named[1]["rss_bytes"], named[1]["rss_peak_bytes"]) == (WEIRD, 768 * PAGE_SIZE, 4096 * KiB)
     frame = decode(encode_sample(1, 100.1, 0.1, rows))  # and a client reads them so

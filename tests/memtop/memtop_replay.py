@@ -73,7 +73,8 @@ GiB = 1024 * MiB
 
 
 def frames(gpus: bool = False) -> list[Frame]:
-    """The sequence; with ``gpus`` the daemon also reports two GPUs (v1.1 columns)."""
+    """The sequence; with ``gpus`` the daemon also reports two GPUs and sends every column
+    (``SAMPLE_COLUMNS``: the v1.1 VRAM ones, v1.5's ``rss_peak_exact``, the list's flag)."""
     infos = [
         _info(i, label, rss=_rss(base, amp, shape, 0), peak=int((base + amp) * MiB))
         for i, (label, base, amp, shape) in enumerate(FLEET)
@@ -111,11 +112,11 @@ def frames(gpus: bool = False) -> list[Frame]:
             row = [infos[i].pid, infos[i].start_time, True, rss, peaks[i], int(rss * 0.9), 0]
             if gpus:
                 vram = int(VRAM.get(label, 0) * GiB * (1 + 0.1 * (tick % 5 == 0)))
-                row += [vram, int(VRAM.get(label, 0) * GiB * 1.1)]
+                row += [vram, int(VRAM.get(label, 0) * GiB * 1.1), infos[i].rss_peak_exact]
             rows.append(row)
         exited_row = [exited.pid, exited.start_time, False, exited.rss_bytes, exited.rss_peak_bytes,
                       exited.anon_bytes, 0]
-        rows.append(exited_row + ([None, 4 * GiB] if gpus else []))
+        rows.append(exited_row + ([None, 4 * GiB, exited.rss_peak_exact] if gpus else []))
         fields = SAMPLE_COLUMNS if gpus else SAMPLE_FIELDS
         out.append(Sample(tick + 1, T0 + tick * INTERVAL, INTERVAL, list(fields), rows))
     out.append(Exited(exited.pid, exited.start_time, T0 - 30, exited.rss_peak_bytes))

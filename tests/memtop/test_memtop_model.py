@@ -26,6 +26,7 @@ from memproto.frames import (
     Subscribe,
 )
 from memproto.records import (
+    SAMPLE_COLUMNS,
     SAMPLE_FIELDS,
     Alert,
     DaemonStatus,
@@ -137,6 +138,23 @@ def test_sample_updates_memory(app: MemtopApp) -> None:
     snap = app.model.snapshot()
     assert (snap.seq, snap.time) == (7, T0 + 5)
     assert (rows(app)[1].rss, rows(app)[1].peak, rows(app)[2].rss) == (150 * MiB, 300 * MiB, 100 * MiB)
+
+
+def test_sample_flag_sets_peak_exact_without_a_new_list(app: MemtopApp) -> None:
+    """A v1.5 row's rss_peak_exact (reset-peaks, an exit record) reaches PEAK's "~" at once;
+    an older agent's row (no such column) leaves the list's flag alone."""
+    def sample(seq: int, exact: bool) -> Sample:
+        return Sample(seq, T0 + seq, 0.5, list(SAMPLE_COLUMNS),
+                      [[1, T0 + 1, True, 150 * MiB, 150 * MiB, MiB, 0, None, None, exact]])
+
+    assert rows(app)[1].peak_exact
+    assert app.apply_frame(sample(7, False))
+    assert not rows(app)[1].peak_exact and rows(app)[2].peak_exact
+    old = Sample(8, T0 + 8, 0.5, list(SAMPLE_FIELDS), [[1, T0 + 1, True, 160 * MiB, 160 * MiB, MiB, 0]])
+    assert app.apply_frame(old)
+    assert not rows(app)[1].peak_exact and rows(app)[1].peak == 160 * MiB
+    assert app.apply_frame(sample(9, True))
+    assert rows(app)[1].peak_exact
 
 
 def test_history_fills_the_chart(app: MemtopApp) -> None:

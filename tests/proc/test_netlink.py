@@ -4,7 +4,10 @@ bytes laid out as the kernel's headers say, and, where the kernel lets this test
 
 from __future__ import annotations
 
+import os
 import pwd
+import select
+import socket
 import struct
 import subprocess
 import sys
@@ -45,13 +48,19 @@ def _attr(nla_type: int, payload: bytes) -> bytes:
     return raw + b"\0" * (-len(raw) % 4)
 
 
+UID, PPID, BTIME = 1000, 4100, 1_700_000_000
+
+
 def _stats(version: int, hiwater_kib: int, comm: bytes = b"python3") -> bytes:
     """A ``struct taskstats`` of ``version``: 16 (and every one but 15) keeps ``ac_comm`` at
-    80 and ``hiwater_rss`` at 200; 15 has 48 more bytes before ``ac_comm``."""
+    80, ``ac_uid`` at 120, ``ac_ppid`` and ``ac_btime`` at 132 and ``hiwater_rss`` at
+    200; 15 has 48 more bytes before ``ac_comm``."""
     shift = 48 if version == 15 else 0
     raw = bytearray(440)
     struct.pack_into("=H", raw, 0, version)
     raw[80 + shift:80 + shift + len(comm)] = comm
+    struct.pack_into("=I", raw, 120 + shift, UID)
+    struct.pack_into("=II", raw, 132 + shift, PPID, BTIME)
     struct.pack_into("=Q", raw, 200 + shift, hiwater_kib)
     return bytes(raw)
 
@@ -97,7 +106,7 @@ def test_a_listen_request_is_what_the_kernel_expects() -> None:
 
 def test_an_exit_record_of_a_single_threaded_process() -> None:
     assert parse_exit_stats(_taskstats(4242, 313 * KiB), FAMILY) == ExitStats(4242, None, 313 * KiB * KiB,
-                                                                               "python3", 16)
+                                                                               "python3", 16, UID, PPID, BTIME)
 
 
 def test_the_last_thread_of_a_group_names_the_process() -> None:
@@ -108,7 +117,9 @@ def test_the_last_thread_of_a_group_names_the_process() -> None:
 @pytest.mark.parametrize("version", [8, 14, 15, 16, 17])
 def test_every_layout_of_struct_taskstats(version: int) -> None:
     record = parse_exit_stats(_taskstats(1, 777, version=version), FAMILY)
-    assert record is not None and (record.hiwater_rss_bytes, record.comm) == (777 * KiB, "python3")
+    assert record is not None
+    assert (record.hiwater_rss_bytes, record.comm, record.uid, record.ppid, record.btime) == (
+        777 * KiB, "python3", UID, PPID, BTIME)
 
 
 def test_not_an_exit_record() -> None:
@@ -156,12 +167,15 @@ def test_live_messages_parse_as_pyroute2_decodes_them(source: ProcessEventSource
             continue
         assert record is not None
         assert record.pid == aggr.get_attr("TASKSTATS_TYPE_PID")
-        assert record.hiwater_rss_bytes == aggr.get_attr("TASKSTATS_TYPE_STATS")["hiwater_rss"] * KiB
+        stats = aggr.get_attr("TASKSTATS_TYPE_STATS")
+        assert record.hiwater_rss_bytes == stats["hiwater_rss"] * KiB
+        assert (record.uid, record.ppid, record.btime) == (stats["ac_uid"], stats["ac_ppid"], stats["ac_btime"])
         tgid = msg.get_attr("TASKSTATS_TYPE_AGGR_TGID")
         assert record.tgid == (tgid.get_attr("TASKSTATS_TYPE_TGID") if tgid is not None else None)
     # The thread's exit, then the process's: the last thread of the group, with its tgid.
     (final,) = [r for r in ours if r is not None and r.tgid == child.pid]
     assert 64 << 20 <= final.hiwater_rss_bytes <= 128 << 20
+    assert (final.ppid, final.uid) == (os.getpid(), os.getuid())
     assert [r for r in ours if r is not None and r.pid != child.pid and r.tgid is None]  # the thread
 
     marshal = pyroute2_cn.ProcEventMarshal()
@@ -178,6 +192,38 @@ def test_live_messages_parse_as_pyroute2_decodes_them(source: ProcessEventSource
         if isinstance(event, ProcEvent) and event.pid == child.pid:
             mine.append(event)
     assert [e.kind for e in mine] == [FORK, EXEC]
+
+
+#: Forks two hundred children that exit at once, and reaps them: a burst of fork events
+#: and exit records.
+_BURST = """import os
+for _ in range(200):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+
+
+def test_an_overrun_is_counted_per_socket_and_reading_goes_on(source: ProcessEventSource) -> None:
+    """A burst while the reader does not read: a socket with the smallest receive buffer
+    the kernel allows (a few KiB) overflows. The loss is counted, the messages queued
+    before it are still read, and so is what comes after."""
+    for sock in (source.taskstats, source.connector):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+    subprocess.run([sys.executable, "-S", "-c", _BURST], check=True)
+    events, exits = source.read_pending()
+    assert (source.record_overruns, source.event_overruns) >= (1, 1)
+    assert source.overruns == source.record_overruns + source.event_overruns
+    assert 0 < len(exits) < 200 and 0 < len(events) < 200
+    # Room again: the sockets still work.
+    for sock in (source.taskstats, source.connector):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    subprocess.run(["true"], check=True)
+    seen: list[ExitStats] = []
+    while not any(r.comm == "true" for r in seen):
+        assert select.select([source.taskstats], [], [], 5.0)[0], "no exit record after the overrun"
+        seen += source.read_pending()[1]
 
 
 def test_an_unprivileged_process_gets_the_reason(test_user: pwd.struct_passwd) -> None:

@@ -91,18 +91,53 @@ def test_sample_with_appended_column() -> None:
     assert frame.records()[0].swap_bytes == 2 * MiB
 
 
+#: The columns a v1.1 to v1.4 agent sends.
+V11_COLUMNS = (*SAMPLE_FIELDS, "vram_bytes", "vram_peak_bytes")
+
+
 def test_sample_v11_gpu_columns() -> None:
     """v1.1 appends vram_bytes and vram_peak_bytes: int, or nil when unknown."""
     rows = [[*SAMPLE_ROWS[0], 3 * GiB, 4 * GiB], [*SAMPLE_ROWS[1], None, None]]
-    frame = decode(encode_sample(1, 1.0, 1.0, rows))
+    frame = decode(encode_sample(1, 1.0, 1.0, rows, V11_COLUMNS))
     assert isinstance(frame, Sample)
-    assert frame.fields == list(SAMPLE_COLUMNS)
+    assert frame.fields == list(V11_COLUMNS)
     first, second = frame.records()
     assert (first.vram_bytes, first.vram_peak_bytes) == (3 * GiB, 4 * GiB)
     assert (second.vram_bytes, second.vram_peak_bytes) == (None, None)
     bad = [[*SAMPLE_ROWS[0], "3", None]]
     with pytest.raises(ProtocolError, match=r"rows\[0\]"):
-        decode(encode_sample(1, 1.0, 1.0, bad))
+        decode(encode_sample(1, 1.0, 1.0, bad, V11_COLUMNS))
+
+
+def test_sample_v15_peak_exact_column() -> None:
+    """v1.5 appends rss_peak_exact, after the v1.1 columns: what this agent sends."""
+    assert SAMPLE_COLUMNS == (*V11_COLUMNS, "rss_peak_exact")
+    rows = [[*SAMPLE_ROWS[0], None, None, False], [*SAMPLE_ROWS[1], 3 * GiB, 4 * GiB, True]]
+    frame = decode(encode_sample(1, 1.0, 1.0, rows))
+    assert isinstance(frame, Sample)
+    assert frame.fields == list(SAMPLE_COLUMNS)
+    first, second = frame.records()
+    assert (first.rss_peak_exact, second.rss_peak_exact) == (False, True)
+    assert (second.vram_bytes, second.vram_peak_bytes) == (3 * GiB, 4 * GiB)
+
+
+@pytest.mark.parametrize("fields", [SAMPLE_FIELDS, V11_COLUMNS], ids=["v1.0", "v1.1"])
+def test_sample_without_peak_exact_decodes_with_nil(fields: tuple[str, ...]) -> None:
+    """An older agent's frame has no rss_peak_exact: nil, and a client keeps the list's flag."""
+    rows = [row + [None] * (len(fields) - len(row)) for row in SAMPLE_ROWS]
+    frame = decode(encode_sample(1, 1.0, 1.0, rows, fields))
+    assert isinstance(frame, Sample)
+    assert [r.rss_peak_exact for r in frame.records()] == [None, None]
+
+
+@pytest.mark.parametrize("value", [1, 0, 1.0, "true", None, [True]])
+def test_sample_peak_exact_must_be_a_bool(value: Any) -> None:
+    """rss_peak_exact is a bool; an int is not taken for one (as for ``alive``), and nil is
+    not sent: the agent always knows the flag (nil means only "column absent")."""
+    row = [*SAMPLE_ROWS[0], None, None, value]
+    err = decode_error(sample_payload(list(SAMPLE_COLUMNS), [[*SAMPLE_ROWS[1], None, None, True], row]))
+    assert err.field == "rows[1]"
+    assert "rss_peak_exact" in str(err)
 
 
 def test_sample_with_reordered_columns() -> None:

@@ -186,7 +186,8 @@ class GrowthWindow:
 class _Proc:
     """Mutable per-process state; :meth:`row` freezes it into a :class:`ProcRow`."""
 
-    __slots__ = ("alive", "anon", "growth", "info", "peak", "rss", "stack_state", "swap", "trail", "vram", "vram_peak")
+    __slots__ = ("alive", "anon", "growth", "info", "peak", "peak_exact", "rss", "stack_state", "swap", "trail", "vram",
+                 "vram_peak")
 
     def __init__(self, info: ProcessInfo) -> None:
         self.growth = GrowthWindow()
@@ -200,7 +201,11 @@ class _Proc:
         self.stack_state = p.stack_state
 
     def take_memory(self, m: ProcessInfo | ProcessSample) -> None:
-        """The figures a list entry and a sample row both carry, under the same names."""
+        """The figures a list entry and a sample row both carry, under the same names.
+
+        The peak's exactness changes without a new list (reset-peaks, an exit record): a
+        v1.5 row carries it; an older agent's row has nil there, and the last list's
+        flag stays."""
         self.alive = m.alive
         self.rss = m.rss_bytes
         self.peak = m.rss_peak_bytes
@@ -208,12 +213,14 @@ class _Proc:
         self.swap = m.swap_bytes
         self.vram = m.vram_bytes
         self.vram_peak = m.vram_peak_bytes
+        if m.rss_peak_exact is not None:
+            self.peak_exact = m.rss_peak_exact
 
     def row(self, share: float) -> ProcRow:
         p = self.info
         return ProcRow(
             p.pid, p.start_time, p.name, p.label, tuple(p.cmdline), p.uid, self.alive, self.rss, self.peak,
-            self.anon, self.swap, p.rss_peak_exact, self.growth.slope() if self.alive else None, share,
+            self.anon, self.swap, self.peak_exact, self.growth.slope() if self.alive else None, share,
             self.vram, self.vram_peak, self.stack_state,
         )
 

@@ -9,9 +9,8 @@ PSS, which the host Σ needs, is read off the tick in a worker thread and rarely
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from memproto.records import Alert, Contributor, Headroom
 from memproto.text import printable
@@ -21,7 +20,6 @@ from memproto.vocabulary import AlertKind, AlertState, OomSource, Severity
 from ..config import AlertConfig, HeadroomConfig
 from ..core.registry import Registry
 from ..core.watched import Watched
-from ..errors import MemagentError
 from ..proc.cgroups import cgroup_limit, oom_kill_count
 from ..proc.kmsg import KernelLog
 from ..proc.nvml import DeviceReading
@@ -29,12 +27,12 @@ from ..proc.procfs import ProcFS
 from .book import AlertBook, Reading
 from .growth import growth, judge
 from .headroom import HostInputs, contribution, gpu_headroom, host_headroom
+from .sharing import SharingTracker
 
 log = logging.getLogger(__name__)
 
 LEAK_EVERY = 5.0
 CGROUP_EVERY = 10.0
-PSS_PER_TICK = 8
 PSS_GRACE = 10.0
 
 
@@ -60,17 +58,18 @@ class AlertEngine:
         self._cgroup_limit: int | None = None
         self._next_cgroup = 0.0
         self._next_leak = 0.0
-        self._pss_task: asyncio.Future[None] | None = None
-        self._pss_reads = 0
+        self.sharing = SharingTracker(registry, headroom)
         self._state: tuple[int, int] = (-1, -1)
         self._devices: list[DeviceReading] | None = None
         self._next_full = 0.0
 
     # ------------------------------------------------------------------ per tick
 
-    def on_tick(self, now: float, exited: list[Watched], devices: list[DeviceReading], changed: bool = True) -> None:
+    def on_tick(self, now: float, exited: list[Watched], devices: list[DeviceReading], changed: bool = True,
+                moved: Sequence[Watched] = ()) -> None:
+        """``moved``: the processes whose memory the sampler re-read this tick."""
         alive = self.registry.alive
-        self._schedule_pss(now, alive)
+        self.sharing.on_tick(now, moved)
         if now >= self._next_cgroup:
             self._next_cgroup = now + CGROUP_EVERY
             self._cgroup_limit = self._shared_cgroup_limit(alive)
@@ -79,7 +78,7 @@ class AlertEngine:
             self._oom(w, now)
         # The sums only move when a process's memory, the set of processes or a PSS read
         # changed; otherwise once a second (for what unwatched processes use).
-        state = (self.registry.version, self._pss_reads)
+        state = (self.registry.version, self.sharing.reads)
         if not changed and devices is self._devices and state == self._state and now < self._next_full:
             return
         self._state, self._devices, self._next_full = state, devices, now + 1.0
@@ -87,6 +86,7 @@ class AlertEngine:
         mem = self.procfs.meminfo()
         host = host_headroom(HostInputs(mem.get("MemTotal", 0), mem.get("MemAvailable", 0), self._cgroup_limit),
                              watched, self.headroom_config)
+        self.sharing.on_unwatched(now, host.unwatched_bytes)
         views = [host]
         gpu_views = [gpu_headroom(d, watched, self.headroom_config) for d in devices if not d.lost and d.total]
         views += gpu_views
@@ -199,7 +199,7 @@ class AlertEngine:
         ratio = (host.ratio or 0.0) if host else 0.0
         return ratio >= self.config.warn_fraction or (self.pressure or 0) >= self.config.pressure_threshold
 
-    # ------------------------------------------------------------------ PSS and cgroups
+    # ------------------------------------------------------------------ cgroups and PSS
 
     def _shared_cgroup_limit(self, alive: list[Watched]) -> int | None:
         # Keep each process's view of its cgroup's OOM-kill counter recent, so that only a
@@ -215,36 +215,9 @@ class AlertEngine:
         (group,) = groups
         return cgroup_limit(group) if group and not group.endswith(":/") else None
 
-    def _schedule_pss(self, now: float, alive: list[Watched]) -> None:
-        if self._pss_task is not None and not self._pss_task.done():
-            return
-        due = sorted((w for w in alive if w.share_due <= now), key=lambda w: w.share_due)[:PSS_PER_TICK]
-        if not due:
-            return
-        refresh = self.headroom_config.pss_refresh
-        for w in due:
-            w.share_due = now + refresh  # claimed: not picked again while the read runs
-        self._pss_task = asyncio.ensure_future(asyncio.to_thread(self._read_pss, due))
-
-    def _read_pss(self, batch: list[Watched]) -> None:
-        """In a worker thread: smaps_rollup takes the target's mmap lock; keep it off the tick."""
-        for w in batch:
-            if not w.alive or w.handle.closed:
-                continue
-            try:
-                excess = w.handle.shared_excess()
-            except MemagentError:
-                continue  # it exited meanwhile
-            # Closed while we read (exit or detach): the descriptor may have been reused.
-            if excess is not None and w.alive and not w.handle.closed:
-                w.shared = excess
-                self._pss_reads += 1
-            w.share_known = True
-
     async def pss_settled(self) -> None:
         """Wait until the PSS reads in flight, if any, are done (they run off the tick)."""
-        if self._pss_task is not None:
-            await self._pss_task
+        await self.sharing.settled()
 
     def close(self) -> None:
         self.kmsg.close()

@@ -16,6 +16,7 @@ from memproto.text import printable
 
 from ..errors import AccessDenied, MemagentError, NoSuchProcess
 from ..proc.cgroups import oom_kill_count
+from ..proc.lifecycle import GoneHandle, reaped
 from ..proc.procfs import ProcFS
 from .watched import Watched
 
@@ -75,7 +76,9 @@ class Registry:
         return [w for w in self.entries.values() if w.pid == pid]
 
     def find_alive(self, pid: int) -> Watched | None:
-        for w in self.alive:
+        """The newest live entry of ``pid``: after its PID was reused, a process's entry
+        stays live until the next tick finds it gone, beside the new process's."""
+        for w in reversed(self.alive):
             if w.pid == pid:
                 return w
         return None
@@ -117,6 +120,8 @@ class Registry:
 
     def _attach_one(self, pid: int, label: str | None, children: bool, may_watch: MayWatch, now: float) -> Watched:
         existing = self.find_alive(pid)
+        if existing is not None and reaped(existing.handle):
+            existing = None  # its PID is another process's now: that one is attached anew
         if existing is not None:
             if not may_watch(existing.uid):
                 raise AccessDenied(pid)
@@ -127,34 +132,59 @@ class Registry:
                 existing.follow_may_watch = may_watch
             return existing
         handle = self.procfs.open(pid)
+        # Until the entry is registered, the handle's three descriptors are ours alone: any
+        # failure on the way (an unreadable fact, a refusal, garbage in /proc) closes them.
         try:
             facts = handle.facts()
             if not may_watch(facts.uid):
                 raise AccessDenied(pid)
+            w = Watched(
+                handle,
+                start_time=self.procfs.start_time(pid, handle.starttime),
+                name=facts.stat.comm,
+                cmdline=facts.cmdline,
+                uid=facts.uid,
+                label=label,
+                attached_at=now,
+                history=PeakSeries(self.history_step, self.history_slots),
+            )
+            w.set_memory(facts.statm.resident, facts.statm.shared, facts.memory.hwm_bytes,
+                         facts.memory.swap_bytes)
+            w.history.add(now, w.rss)
+            w.follow_children = children
+            w.follow_may_watch = may_watch if children else None
+            w.memory_reader = facts.access.reader
+            w.cgroup = self.procfs.memory_cgroup(pid)
+            w.oom_count = oom_kill_count(w.cgroup)
         except BaseException:
             handle.close()
             raise
-        w = Watched(
-            handle,
-            start_time=self.procfs.unix_start_time(handle.starttime),
-            name=facts.stat.comm,
-            cmdline=facts.cmdline,
-            uid=facts.uid,
-            label=label,
-            attached_at=now,
-            history=PeakSeries(self.history_step, self.history_slots),
-        )
-        w.set_memory(facts.statm.resident, facts.statm.shared, facts.memory.hwm_bytes, facts.memory.swap_bytes)
-        w.history.add(now, w.rss)
-        w.follow_children = children
-        w.follow_may_watch = may_watch if children else None
-        w.memory_reader = facts.access.reader
-        w.cgroup = self.procfs.memory_cgroup(pid)
-        w.oom_count = oom_kill_count(w.cgroup)
         self.entries[w.key] = w
         self._rebuild_alive()
         log.info("attached %d (%s)%s", pid, printable(facts.stat.comm), f" as {printable(label)}" if label else "")
         self.events.attached(w)
+        return w
+
+    def add_gone(self, pid: int, starttime: int, *, name: str, uid: int, label: str | None, label_trusted: bool,
+                 hwm: int, now: float) -> Watched | None:
+        """An entry for a process reaped before it could be opened (a followed parent's
+        child, known from its exit record only: ``hwm``, its exact final peak), added as
+        exited; None when an entry has that identity already."""
+        if (pid, starttime) in self.entries:
+            return None
+        w = Watched(GoneHandle(pid, starttime), start_time=self.procfs.unix_start_time(starttime), name=name,
+                    cmdline=[], uid=uid, label=label, attached_at=now,
+                    history=PeakSeries(self.history_step, self.history_slots))
+        w.label_trusted = label_trusted
+        w.take_exit_hwm(hwm)
+        w.mark_exited(now)
+        self.entries[w.key] = w
+        self._rebuild_alive()
+        log.info("%d (%s) exited before it could be opened; peak %d bytes (its exit record)", pid,
+                 printable(label or name), hwm)
+        self.events.attached(w)
+        self.events.exited(w)
+        self._bound_exited()
         return w
 
     def descendants(self, pid: int) -> list[int]:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from memproto.records import TickStats
 
+from ..proc.lifecycle import follow_thread
 from ..proc.parse import parse_statm_pages, parse_status_memory
 from .registry import Registry
 from .watched import Watched
@@ -41,7 +42,8 @@ class Sampler:
         #: Ticks between forced status reads of a process whose statm did not change.
         self.status_every = max(1, round(status_refresh / interval))
         self.ticks = 0
-        #: Processes whose memory was re-read in the last tick (the others did not change).
+        #: Processes whose figures changed in the last tick (the others did not: consumers
+        #: skip them, and skip the tick's sums when it is empty).
         self.changed: list[Watched] = []
         #: Called when a tick found processes gone, before they are marked exited: takes
         #: the kernel's exit records queued by then (see memagent.core.process_events).
@@ -49,7 +51,7 @@ class Sampler:
 
     def sample(self, now: float) -> list[Watched]:
         """One tick over every live process. Returns the processes found exited; those
-        whose memory was re-read this tick are left in :attr:`changed`."""
+        whose figures changed this tick are left in :attr:`changed`."""
         tick = self.ticks = self.ticks + 1
         status_every = self.status_every
         exited: list[Watched] = []
@@ -66,19 +68,23 @@ class Sampler:
                         w.history.add(now, w.rss)
                     continue
                 pages = parse_statm_pages(raw)
-                if pages is None:  # zombie: the mm is gone
-                    exited.append(w)
+                if pages is None:  # zombie: the mm is gone (or only its main thread's)
+                    _exited_or_moved(w, exited)
                     continue
                 status = parse_status_memory(pread(w.status_fd, _STATUS_READ, 0))
+                # b"": a fresh read was asked for (attach, exec, reset-peaks), which may
+                # have changed its figures outside the sampler: a change for the consumers.
+                before = w.row if w.last_statm else None
                 w.set_memory(pages[0], pages[1], status.hwm_bytes, status.swap_bytes)
                 w.last_statm = raw
                 # Spread the forced reads of processes attached together over ticks.
                 spread = w.pid % status_every if w.status_due == 0 else 0
                 w.status_due = tick + status_every - spread
-                changed.append(w)
+                if w.row != before:  # a forced status read that found nothing new is no change
+                    changed.append(w)
             except OSError as exc:
                 if exc.errno in (errno.ESRCH, errno.ENOENT):
-                    exited.append(w)
+                    _exited_or_moved(w, exited)
                     continue
                 raise
             w.history.add(now, w.rss)
@@ -93,6 +99,18 @@ class Sampler:
         """Sample rows of every watched process in attach order, and each row's owner UID."""
         entries = self.registry.entries.values()
         return [w.row for w in entries], [w.uid for w in entries]
+
+
+def _exited_or_moved(w: Watched, exited: list[Watched]) -> None:
+    """Its memory read as a zombie's, or its descriptors as gone: the process exited, or
+    only the thread they read did (a main thread that called ``pthread_exit``) and the
+    process lives on in others: then read through one of those from the next tick on."""
+    if follow_thread(w.handle):
+        w.statm_fd, w.status_fd = w.handle.statm_fd, w.handle.status_fd
+        w.last_statm = b""
+        w.status_due = 0
+    else:
+        exited.append(w)
 
 
 class Ticker:

@@ -80,7 +80,6 @@ class Watched:
         "row",
         "rss",
         "sampled_max",
-        "share_due",
         "share_known",
         "shared",
         "stack_state",
@@ -150,10 +149,9 @@ class Watched:
         #: Where reading this process's Python stack stands (memproto.vocabulary.StackState).
         self.stack_state: str | None = None
         #: RSS - PSS from the last smaps_rollup read (0 until read): resident memory shared
-        #: with other processes beyond its fair share (see memagent.alerting.headroom).
+        #: with other processes beyond its fair share (see memagent.alerting.headroom);
+        #: when it is read: memagent.alerting.sharing.
         self.shared = 0
-        #: When the next PSS read is due (0: as soon as possible).
-        self.share_due = 0.0
         self.share_known = False
         #: Its memory cgroup (for the cgroup limit and the OOM-kill counter), or None.
         self.cgroup: str | None = None

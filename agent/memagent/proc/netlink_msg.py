@@ -127,6 +127,9 @@ _ATTRS_AT: Final = _NLMSGHDR.size + _GENLMSGHDR.size
 #: before ``ac_comm``); version 16 moved them to the end again.
 _HIWATER_RSS: Final = 200
 _COMM: Final = 80
+_UID: Final = 120  # ac_uid (the real UID), then ac_gid, ac_pid, ac_ppid, ac_btime: u32 each
+_PPID: Final = 132
+_BTIME: Final = 136
 _V15_SHIFT: Final = 48
 
 
@@ -134,13 +137,23 @@ _V15_SHIFT: Final = 48
 class ExitStats:
     """A task's exit record. ``pid`` is the task (a thread ID, the process's PID for its
     main thread); ``tgid`` is set when this exit ended its thread group (a process that had
-    other threads). ``hiwater_rss_bytes``: its memory map's high-water RSS as it exited."""
+    other threads). ``hiwater_rss_bytes``: its memory map's high-water RSS as it exited.
+
+    No field says whether a record without ``tgid`` ended its process: a main thread that
+    exits before the others (``pthread_exit``) sends one too, and the group's own record
+    (with ``tgid``) follows when its last thread exits (see
+    :mod:`memagent.core.process_events`). ``uid`` (real), ``ppid`` (its parent process at
+    its exit) and ``btime`` (its start, Unix seconds) describe a process the agent never
+    opened: a child reaped before its fork event was handled."""
 
     pid: int
     tgid: int | None
     hiwater_rss_bytes: int
     comm: str
     version: int
+    uid: int = 0
+    ppid: int = 0
+    btime: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,8 +242,10 @@ def parse_exit_stats(data: bytes | bytearray | memoryview, family: int) -> ExitS
         return None
     hiwater_kib = struct.unpack_from("=Q", data, start + _HIWATER_RSS + shift)[0]
     comm = bytes(data[start + _COMM + shift:start + _COMM + shift + 32]).split(b"\0", 1)[0]
+    uid = struct.unpack_from("=I", data, start + _UID + shift)[0]
+    ppid, btime = struct.unpack_from("=II", data, start + _PPID + shift)
     tgid = None
     aggr_tgid = top.get(TASKSTATS_TYPE_AGGR_TGID)
     if aggr_tgid is not None:
         tgid = _u32(data, _attrs(data, *aggr_tgid).get(TASKSTATS_TYPE_TGID))
-    return ExitStats(pid, tgid, hiwater_kib * 1024, comm.decode("utf-8", "replace"), version)
+    return ExitStats(pid, tgid, hiwater_kib * 1024, comm.decode("utf-8", "replace"), version, uid, ppid, btime)

@@ -17,7 +17,9 @@ any other OS error or unparsable content into :class:`~memagent.errors.CannotRea
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,6 +47,7 @@ from .parse import (
     parse_status_uid,
     parse_status_uids,
 )
+from .sharing import SharingFacts, sharing_facts
 
 __all__ = ["CLOCK_TICKS", "MAX_ARG_CHARS", "MAX_CMDLINE_CHARS", "PAGE_SIZE", "MemoryAccess", "ProcFS", "ProcessFacts",
            "ProcessHandle", "read_boundary", "translate_errors"]
@@ -52,6 +55,8 @@ __all__ = ["CLOCK_TICKS", "MAX_ARG_CHARS", "MAX_CMDLINE_CHARS", "PAGE_SIZE", "Me
 PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _READ_SIZE: Final = 16384
+
+log = logging.getLogger(__name__)
 
 _GONE = {errno.ENOENT, errno.ESRCH}
 _DENIED = {errno.EACCES, errno.EPERM}
@@ -78,7 +83,7 @@ def read_boundary(pid: int) -> Iterator[None]:
     try:
         with translate_errors(pid):
             yield
-    except (ValueError, IndexError) as exc:
+    except (ValueError, IndexError, OverflowError) as exc:
         raise CannotRead(pid, f"unreadable /proc contents ({exc})") from None
     except OSError as exc:
         raise CannotRead(pid, exc.strerror or type(exc).__name__) from None
@@ -118,6 +123,11 @@ class ProcFS:
     def __init__(self, root: str = "/proc") -> None:
         self.root = root
         self._boot_time: int | None = None
+        #: The last good /proc/meminfo and when it was read (see :meth:`meminfo`).
+        self._meminfo: dict[str, int] = {}
+        self._meminfo_at: float | None = None
+        #: Why the last read of /proc/meminfo failed, for humans; None when it worked.
+        self.meminfo_fault: str | None = None
 
     def path(self, *parts: object) -> str:
         return os.path.join(self.root, *(str(p) for p in parts))
@@ -140,11 +150,44 @@ class ProcFS:
     def unix_start_time(self, starttime_ticks: int) -> float:
         return self.boot_time + starttime_ticks / CLOCK_TICKS
 
+    def start_time(self, pid: int, starttime_ticks: int) -> float:
+        """:meth:`unix_start_time` of ``pid``, with a /proc/stat that cannot be read or
+        has no ``btime`` as :class:`CannotRead` (an attach then fails as an agent error)."""
+        with read_boundary(pid):
+            return self.unix_start_time(starttime_ticks)
+
     def pids(self) -> list[int]:
         return [int(name) for name in os.listdir(self.root) if name.isdigit()]
 
     def meminfo(self) -> dict[str, int]:
-        return parse_meminfo(self.read("meminfo"))
+        """``/proc/meminfo`` in bytes per key, or the last good reading when this one cannot
+        be read, does not parse or has no ``MemTotal``: one bad read (a kernel bug, a
+        broken container's /proc) must not fail every tick, and so every alert, nor the
+        status. :attr:`meminfo_fault` says why until a read works again (``{}`` before
+        the first good one)."""
+        try:
+            info = parse_meminfo(self.read("meminfo"))
+            if info.get("MemTotal", 0) <= 0:
+                raise ValueError("no MemTotal")
+        except (OSError, ValueError) as exc:
+            reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))[:200]
+            last = "none read yet" if self._meminfo_at is None else \
+                f"using the last good reading, of {time.strftime('%H:%M:%S', time.localtime(self._meminfo_at))}"
+            if self.meminfo_fault is None:
+                log.warning("%s unreadable (%s): %s", self.path("meminfo"), reason, last)
+            self.meminfo_fault = f"{self.path('meminfo')} unreadable ({reason}): {last}"
+            return self._meminfo
+        if self.meminfo_fault is not None:
+            log.info("%s readable again", self.path("meminfo"))
+            self.meminfo_fault = None
+        self._meminfo, self._meminfo_at = info, time.time()
+        return info
+
+    @property
+    def faults(self) -> list[str]:
+        """What could not be read at the last try and is being worked around, for the
+        status (:class:`memproto.records.DaemonStatus` ``faults``)."""
+        return [] if self.meminfo_fault is None else [self.meminfo_fault]
 
     def memory_pressure(self) -> float | None:
         """Memory PSI ``some avg10`` in percent; None where /proc/pressure is missing."""
@@ -208,6 +251,11 @@ class ProcessHandle:
             except BaseException:
                 self.close()
                 raise
+
+    @property
+    def dir_fd(self) -> int:
+        """The ``/proc/PID`` directory descriptor that pins the process (-1 once closed)."""
+        return self._dir
 
     def _read_at(self, name: str) -> bytes:
         fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._dir)
@@ -280,6 +328,26 @@ class ProcessHandle:
         the tick). NoSuchProcess, AccessDenied or CannotRead when it cannot be read."""
         with read_boundary(self.pid):
             return parse_shared_excess(self._read_at("smaps_rollup"))
+
+    def sharing(self, keys: bool = True) -> SharingFacts:
+        """Shared excess, parent and, with ``keys``, the sharing keys from ``maps``
+        (:mod:`.sharing`). smaps_rollup walks the whole memory map under the target's mmap
+        lock: call it off the tick. NoSuchProcess, AccessDenied or CannotRead when it
+        cannot be read."""
+        with read_boundary(self.pid):
+            return sharing_facts(self._read_at("smaps_rollup"), self._read_all("maps") if keys else None,
+                                 self._read_at("stat"))
+
+    def _read_all(self, name: str) -> bytes:
+        """A file of any length (``maps`` of a large process is hundreds of KiB)."""
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._dir)
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
     def alive(self) -> bool:
         """Whether the process is still there (a read through its descriptors works)."""

@@ -1,0 +1,245 @@
+"""When to re-read each watched process's PSS, so that Σ peaks follows sharing changes.
+
+Σ peaks subtracts each process's shared excess (``RSS - PSS``, :mod:`.headroom`). Three
+changes move that figure while RSS stays put, so the sampler alone never sees them:
+
+* **copy-on-write pages written** by forked workers (in Python reference counting alone
+  does it): the pages become private, the box uses more, the excesses shrink;
+* **a fork**: parent and child now share the parent's pages;
+* **a new process mapping the same file** (a ``/dev/shm`` segment, model weights): the
+  segment's pages are shared by one more process.
+
+A PSS read (``smaps_rollup``) walks the process's whole memory map under its mmap lock:
+~3.4 µs per resident MiB (``bench/pss_cost.py``), too dear for every tick. So a read is
+*triggered*, besides the periodic ``[host] pss_refresh``:
+
+1. **membership**: a process attached (its first read) or gone (exit, detach): its
+   partners — parent, children and siblings (same parent PID, not 0 or 1), and processes
+   with a sharing key in common (:mod:`memagent.proc.sharing`) — are re-read;
+2. **kernel events**: a watched process forked or ran a new program (:meth:`touch`,
+   from :mod:`memagent.core.process_events`): it and its partners are re-read;
+3. **after a read**: when a process's sharing keys or parent changed (a new process's
+   first read, a new shared mapping), or its excess moved by :data:`EXCESS_MOVE` or more,
+   its partners read before it are re-read (their excesses moved with it);
+4. **file-backed memory moved**: its resident file and shared-memory part (statm's
+   ``shared``) moved by :data:`SHARED_MOVE` since its last read (it mapped a segment);
+5. **drift**: copy-on-write writes show nowhere but in the host's used memory. The
+   engine hands over, at each host evaluation, what unwatched processes seem to use
+   (``used - Σ(RSS - excess)``); when that moves by ``[host] pss_drift`` (64 MiB) from its
+   value after the last read, every process with an excess of :data:`SHARING_MIN` or
+   more is re-read (at most once per :data:`DRIFT_GAP`). A growing unwatched process
+   triggers such re-reads too: the duty cycle below bounds what they cost.
+
+Reads run in a worker thread, one batch of at most :data:`BATCH_MAX` processes at a time,
+most overdue first; a batch that took *t* seconds is followed by none for ``t * (1/DUTY -
+1)``, so PSS reads use at most :data:`DUTY` of one CPU however many processes and
+triggers there are. Their results are applied on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from ..config import HeadroomConfig
+from ..core.registry import Registry
+from ..core.watched import Watched
+from ..errors import MemagentError
+from ..proc.sharing import SharingFacts, SharingKey
+
+log = logging.getLogger(__name__)
+
+MiB: Final = 1024 * 1024
+#: The most of one CPU that PSS reads may use, on average.
+DUTY: Final = 0.1
+BATCH_MAX: Final = 32
+#: A process whose excess moved this much at a read: its partners' moved too.
+EXCESS_MOVE: Final = 8 * MiB
+#: A process whose resident file and shared-memory part moved this much since its last read.
+SHARED_MOVE: Final = 16 * MiB
+#: An excess below this is left alone by a drift wave (nothing of note to go stale).
+SHARING_MIN: Final = 1 * MiB
+#: The least time between two drift waves.
+DRIFT_GAP: Final = 1.0
+
+ReadResult = tuple["_Share", float, SharingFacts | None]
+
+
+@dataclass(slots=True, eq=False)
+class _Share:
+    """What the tracker knows of one live watched process."""
+
+    w: Watched
+    #: When its next read is due (0: now; inf: claimed by the batch in flight).
+    due: float = 0.0
+    read_at: float = -math.inf
+    ppid: int | None = None
+    keys: frozenset[SharingKey] = field(default_factory=frozenset)
+    #: Resident file and shared-memory bytes (statm) at its last read.
+    basis: int = 0
+    #: Read ``maps`` too at the next read: the first one, or its file-backed memory moved
+    #: (a mapping is a sharing key only once its pages are resident, and then they move).
+    keys_stale: bool = True
+
+
+class SharingTracker:
+    def __init__(self, registry: Registry, config: HeadroomConfig) -> None:
+        self.registry = registry
+        self.config = config
+        self._shares: dict[tuple[int, int], _Share] = {}
+        self._version = -1
+        self._task: asyncio.Task[None] | None = None
+        self._next_batch = 0.0
+        self._baseline: int | None = None
+        self._next_drift = 0.0
+        #: No read is due before this (a tick need not look at every process).
+        self._next_due = 0.0
+        #: The time of the latest tick (the engine's clock, which tests set).
+        self._now = 0.0
+        #: Reads applied: the engine recomputes the sums when it moves.
+        self.reads = 0
+        #: What the reads cost so far (bench/ and docs/headroom.md state the rate).
+        self.read_seconds = 0.0
+        self.drift_waves = 0
+
+    # ------------------------------------------------------------------ triggers
+
+    def touch(self, pid: int) -> None:
+        """A watched process forked or ran a new program: it and its partners, now."""
+        for s in self._shares.values():
+            if s.w.pid == pid and s.w.alive:
+                self._due_now([s, *self._partners(s)], self._now)
+                return
+
+    def on_tick(self, now: float, moved: Iterable[Watched]) -> None:
+        """After the sampler: membership changes, memory that moved; then a batch if due."""
+        self._now = now
+        if self._version != self.registry.version:
+            self._sync(now)
+        for w in moved:
+            s = self._shares.get(w.key)
+            if s is not None and abs((w.rss - w.anon) - s.basis) >= SHARED_MOVE:
+                s.keys_stale = True
+                self._due_now([s], now)
+        self._schedule(now)
+
+    def on_unwatched(self, now: float, unwatched: int) -> None:
+        """What unwatched processes seem to use, at a host evaluation (trigger 5)."""
+        if self._baseline is None:
+            self._baseline = unwatched
+            return
+        if abs(unwatched - self._baseline) < self.config.pss_drift or now < self._next_drift:
+            return
+        self._next_drift = now + DRIFT_GAP
+        self._baseline = None
+        self.drift_waves += 1
+        self._due_now([s for s in self._shares.values() if s.w.shared >= SHARING_MIN or not s.w.share_known], now)
+        self._schedule(now)
+
+    async def settled(self) -> None:
+        """Wait until the batch in flight and the reads it made due are read and applied
+        (for tests: without the duty cycle's pause between batches)."""
+        while True:
+            if self._task is not None and not self._task.done():
+                await self._task
+                continue
+            self._next_batch = 0.0
+            self._schedule(self._now)
+            if self._task is None or self._task.done():
+                return
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _sync(self, now: float) -> None:
+        self._version = self.registry.version
+        alive = {w.key: w for w in self.registry.alive}
+        for key in self._shares.keys() - alive.keys():
+            gone = self._shares.pop(key)
+            self._due_now(self._partners(gone), now)
+        for key, w in alive.items():
+            if key not in self._shares:
+                self._shares[key] = _Share(w)
+                self._next_due = 0.0
+
+    def _partners(self, s: _Share) -> list[_Share]:
+        """The processes whose excess moves when ``s``'s sharing does."""
+        pid, ppid, keys = s.w.pid, s.ppid, s.keys
+        sibling_parent = ppid if ppid is not None and ppid > 1 else None
+        return [o for o in self._shares.values() if o is not s and (
+            o.ppid == pid or o.w.pid == ppid or (sibling_parent is not None and o.ppid == sibling_parent)
+            or (keys and not keys.isdisjoint(o.keys)))]
+
+    def _due_now(self, shares: Iterable[_Share], now: float) -> None:
+        for s in shares:
+            if s.due != math.inf:  # one in the batch in flight is read anyway
+                s.due = min(s.due, now)
+                self._next_due = min(self._next_due, s.due)
+
+    # ------------------------------------------------------------------ reads
+
+    def _schedule(self, now: float) -> None:
+        if (self._task is not None and not self._task.done()) or now < self._next_batch or now < self._next_due:
+            return
+        due = sorted((s for s in self._shares.values() if s.due <= now), key=lambda s: s.due)[:BATCH_MAX]
+        if not due:
+            self._next_due = min((s.due for s in self._shares.values()), default=math.inf)
+            return
+        for s in due:
+            s.due = math.inf
+        self._task = asyncio.ensure_future(self._run(due))
+
+    async def _run(self, batch: list[_Share]) -> None:
+        started = time.perf_counter()
+        results = await asyncio.to_thread(_read_batch, batch)
+        spent = time.perf_counter() - started
+        self.read_seconds += spent
+        now = self._now
+        self._next_batch = now + spent * (1 / DUTY - 1)
+        for s, read_at, facts in results:
+            self._apply(s, read_at, facts, now)
+        # Reads made due by these (partners): the next batch at once, not at the next tick.
+        if any(s.due <= now for s in self._shares.values()):
+            asyncio.get_running_loop().call_later(
+                self._next_batch - now, lambda: self._schedule(max(self._now, self._next_batch)))
+
+    def _apply(self, s: _Share, read_at: float, facts: SharingFacts | None, now: float) -> None:
+        w = s.w
+        s.due = now + self.config.pss_refresh
+        self._next_due = min(self._next_due, s.due)
+        # Exited or detached while it was read: the descriptor may have been reused.
+        if not w.alive or w.handle.closed or self._shares.get(w.key) is not s:
+            return
+        if facts is None:
+            return  # not readable: it counts in full (the engine's grace ends, PSS_GRACE)
+        old = w.shared
+        if facts.excess is not None:
+            w.shared = facts.excess
+        w.share_known = True
+        self.reads += 1
+        self._baseline = None
+        keys = s.keys if facts.keys is None else facts.keys
+        relations_changed = facts.ppid != s.ppid or keys != s.keys
+        s.read_at, s.ppid, s.keys, s.basis = read_at, facts.ppid, keys, w.rss - w.anon
+        s.keys_stale = s.keys_stale and facts.keys is None
+        if relations_changed or abs(w.shared - old) >= EXCESS_MOVE:
+            self._due_now([o for o in self._partners(s) if o.read_at < read_at], now)
+
+
+def _read_batch(batch: list[_Share]) -> list[ReadResult]:
+    """In a worker thread: smaps_rollup takes each target's mmap lock; keep it off the tick."""
+    out: list[ReadResult] = []
+    for s in batch:
+        read_at = time.monotonic()
+        facts = None
+        if s.w.alive and not s.w.handle.closed:
+            try:
+                facts = s.w.handle.sharing(keys=s.keys_stale)
+            except MemagentError as exc:  # it exited meanwhile, or it is not ours to read
+                log.debug("pid %d: PSS not read: %s", s.w.pid, exc)
+        out.append((s, read_at, facts))
+    return out

@@ -1,0 +1,227 @@
+"""When PSS is re-read (:mod:`memagent.alerting.sharing`), over a fixture /proc tree with
+the real registry, sampler and alert engine on a real event loop; the parser of the
+sharing keys on maps texts as the kernel writes them.
+
+Each test changes a process's PSS in the tree behind the agent's back (as copy-on-write
+writes or a new sharer do: RSS stays) and checks that the trigger under test, and only
+it, makes the agent read the new value before ``pss_refresh`` is up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from proctree import TRAINER, GiB, MiB, ProcTree
+
+from memagent.alerting.engine import AlertEngine
+from memagent.alerting.sharing import SHARED_MOVE
+from memagent.config import AlertConfig, HeadroomConfig
+from memagent.core.registry import Registry
+from memagent.core.sampler import Sampler
+from memagent.proc.kmsg import KernelLog
+from memagent.proc.sharing import BIG_FILE_MAPPING, parse_sharing_keys
+
+SHM_MAPS = ("7f0000000000-7f0010000000 rw-s 00000000 00:1a 4711                       /dev/shm/segment\n"
+            "7f2a10000000-7f2a10200000 r-xp 00000000 08:01 1234567                    /usr/lib/libc.so.6\n")
+OTHER_SHM_MAPS = "7f0000000000-7f0010000000 rw-s 00000000 00:1a 4712                       /dev/shm/other\n"
+
+
+class Box:
+    """A registry, the sampler and the engine over the tree, ticked as the agent ticks them."""
+
+    def __init__(self, tree: ProcTree, registry: Registry, kmsg: Path) -> None:
+        self.tree = tree
+        self.registry = registry
+        kmsg.write_bytes(b"")
+        self.sampler = Sampler(registry, interval=0.5)
+        self.engine = AlertEngine(registry, HeadroomConfig(host_capacity=100 * GiB), AlertConfig(),
+                                  lambda alert: None, lambda w: None, kmsg=KernelLog(str(kmsg)))
+        self.now = 1000.0
+        tree.set_meminfo(16 * GiB, 12 * GiB)
+
+    def start(self, pid: int, rss: int, pss: int, *, ppid: int = 1, maps: str | None = None) -> None:
+        if pid != TRAINER:
+            self.tree.add_process(pid, f"worker-{pid}", ppid=ppid)
+        self.tree.set_memory(pid, rss, hwm=rss)
+        self.share(pid, rss, pss, maps)
+        self.registry.attach(pid, now=self.now)
+
+    def share(self, pid: int, rss: int, pss: int, maps: str | None = None) -> None:
+        if maps is None:
+            self.tree.set_smaps_rollup(pid, rss, pss)
+        else:
+            self.tree.set_smaps_rollup(pid, rss, pss, maps)
+
+    async def tick(self) -> None:
+        self.now += 0.5
+        exited = self.sampler.sample(self.now)
+        self.engine.on_tick(self.now, exited, [], changed=True, moved=self.sampler.changed)
+        await self.engine.pss_settled()
+
+    def excess(self, pid: int) -> int:
+        w = self.registry.find_alive(pid)
+        assert w is not None
+        return w.shared
+
+
+@pytest.fixture
+def box(proc_tree: ProcTree, registry: Registry, tmp_path: Path) -> Iterator[Box]:
+    b = Box(proc_tree, registry, tmp_path / "kmsg")
+    yield b
+    b.engine.close()
+
+
+async def test_a_process_is_read_at_attach_and_not_again_before_pss_refresh(box: Box) -> None:
+    box.start(TRAINER, 400 * MiB, 300 * MiB)
+    await box.tick()
+    assert box.excess(TRAINER) == 100 * MiB
+    box.share(TRAINER, 400 * MiB, 200 * MiB)
+    for _ in range(6):
+        await box.tick()
+    assert box.excess(TRAINER) == 100 * MiB  # nothing triggered a read: still the old value
+
+
+async def test_a_new_child_makes_its_parent_be_read_again(box: Box) -> None:
+    """A fork: the parent's pages are now shared with the child (a forked worker)."""
+    box.start(TRAINER, 400 * MiB, 400 * MiB)
+    await box.tick()
+    assert box.excess(TRAINER) == 0
+    box.share(TRAINER, 400 * MiB, 200 * MiB)
+    box.start(5001, 400 * MiB, 200 * MiB, ppid=TRAINER)
+    await box.tick()
+    assert (box.excess(5001), box.excess(TRAINER)) == (200 * MiB, 200 * MiB)
+
+
+async def test_siblings_are_partners_but_orphans_of_init_are_not(box: Box) -> None:
+    box.start(TRAINER, 100 * MiB, 100 * MiB)
+    box.start(5001, 300 * MiB, 300 * MiB, ppid=4100)  # TRAINER's parent is 4100 too
+    box.start(5002, 300 * MiB, 300 * MiB, ppid=1)
+    await box.tick()
+    box.share(5001, 300 * MiB, 200 * MiB)
+    box.share(5002, 300 * MiB, 200 * MiB)
+    box.start(5003, 300 * MiB, 200 * MiB, ppid=4100)
+    await box.tick()
+    assert box.excess(5001) == 100 * MiB  # a sibling of the new one: read again
+    assert box.excess(5002) == 0  # its parent is init: not a partner
+
+
+async def test_a_new_process_mapping_the_same_segment_makes_the_others_be_read_again(box: Box) -> None:
+    box.start(TRAINER, 400 * MiB, 400 * MiB, maps=SHM_MAPS)
+    box.start(5001, 400 * MiB, 400 * MiB, maps=OTHER_SHM_MAPS)
+    await box.tick()
+    box.share(TRAINER, 400 * MiB, 200 * MiB, SHM_MAPS)
+    box.share(5001, 400 * MiB, 200 * MiB, OTHER_SHM_MAPS)
+    box.start(5002, 400 * MiB, 200 * MiB, maps=SHM_MAPS)
+    await box.tick()
+    assert box.excess(TRAINER) == 200 * MiB  # maps /dev/shm/segment too
+    assert box.excess(5001) == 0  # another segment: left alone
+
+
+async def test_a_partner_that_exits_makes_the_others_be_read_again(box: Box) -> None:
+    box.start(TRAINER, 400 * MiB, 200 * MiB)
+    box.start(5001, 400 * MiB, 200 * MiB, ppid=TRAINER)
+    await box.tick()
+    assert box.excess(TRAINER) == 200 * MiB
+    box.share(TRAINER, 400 * MiB, 400 * MiB)
+    box.tree.exit(5001)
+    await box.tick()
+    assert box.excess(TRAINER) == 0
+
+
+async def test_a_kernel_fork_or_exec_event_makes_the_process_be_read_again(box: Box) -> None:
+    """touch() is what memagent.core.process_events calls for a watched process's fork
+    (a child it does not watch) or exec."""
+    box.start(TRAINER, 400 * MiB, 400 * MiB)
+    await box.tick()
+    box.share(TRAINER, 400 * MiB, 200 * MiB)
+    await box.tick()
+    assert box.excess(TRAINER) == 0
+    box.engine.sharing.touch(TRAINER)
+    await box.tick()
+    assert box.excess(TRAINER) == 200 * MiB
+
+
+async def test_file_backed_memory_that_moved_makes_the_process_be_read_again(box: Box) -> None:
+    """Mapping a segment raises statm's shared part (RSS moves too, but not each time)."""
+    box.start(TRAINER, 400 * MiB, 400 * MiB)
+    await box.tick()
+    box.share(TRAINER, 400 * MiB, 300 * MiB)
+    box.tree.set_memory(TRAINER, 400 * MiB, hwm=400 * MiB, shared=SHARED_MOVE // 2)
+    await box.tick()
+    assert box.excess(TRAINER) == 0  # moved less than SHARED_MOVE
+    box.tree.set_memory(TRAINER, 400 * MiB, hwm=400 * MiB, shared=SHARED_MOVE)
+    await box.tick()
+    assert box.excess(TRAINER) == 100 * MiB
+
+
+async def test_host_memory_drift_makes_sharing_processes_be_read_again(box: Box) -> None:
+    """Copy-on-write pages written: the box uses more, RSS does not move; only the host's
+    used memory tells. A drift below pss_drift does nothing; one above re-reads."""
+    box.start(TRAINER, 400 * MiB, 200 * MiB)
+    box.start(5001, 400 * MiB, 200 * MiB, ppid=TRAINER)
+    box.start(5002, 100 * MiB, 100 * MiB, ppid=1)  # shares nothing: not re-read
+    await box.tick()
+    await box.tick()  # the baseline of what unwatched processes use
+    for pid in (TRAINER, 5001):
+        box.share(pid, 400 * MiB, 300 * MiB)
+    box.share(5002, 100 * MiB, 50 * MiB)
+    box.tree.set_meminfo(16 * GiB, 12 * GiB - 32 * MiB)
+    await box.tick()
+    assert box.excess(TRAINER) == 200 * MiB
+    box.tree.set_meminfo(16 * GiB, 12 * GiB - 200 * MiB)
+    await box.tick()
+    assert (box.excess(TRAINER), box.excess(5001), box.excess(5002)) == (100 * MiB, 100 * MiB, 0)
+    assert box.engine.sharing.drift_waves == 1
+    await box.tick()  # the sums of the next evaluation use them
+    assert box.engine.sharing.drift_waves == 1
+    assert box.engine.headroom[0].sum_peaks_bytes == 300 * MiB + 300 * MiB + 100 * MiB
+
+
+async def test_an_excess_that_moved_makes_partners_read_before_it_be_read_again(box: Box) -> None:
+    """A periodic read finds a worker's excess changed: its parent's changed with it."""
+    box.start(TRAINER, 400 * MiB, 200 * MiB)
+    box.start(5001, 400 * MiB, 200 * MiB, ppid=TRAINER)
+    await box.tick()
+    box.share(TRAINER, 400 * MiB, 300 * MiB)
+    box.share(5001, 400 * MiB, 300 * MiB)
+    box.engine.sharing.touch(5001)  # only the worker (and so its partners)
+    await box.tick()
+    assert box.excess(TRAINER) == 100 * MiB
+
+
+def test_sharing_keys_are_shared_mappings_and_big_private_files() -> None:
+    big = BIG_FILE_MAPPING
+    maps = (
+        "55d0c0a00000-55d0c0b00000 r-xp 00000000 08:01 100 /usr/bin/python3.11\n"
+        "7f0000000000-7f0010000000 rw-s 00000000 00:1a 4711 /dev/shm/segment\n"
+        "7f1000000000-7f1000100000 rw-s 00000000 00:01 2048 /SYSV00000000 (deleted)\n"
+        "7f1100000000-7f1100100000 rw-s 00000000 00:05 77 /memfd:weights (deleted)\n"
+        f"7f2000000000-{0x7f2000000000 + big:x} r--p 00000000 08:01 555 /models/w.safetensors\n"
+        f"7f3000000000-{0x7f3000000000 + big - 4096:x} r--p 00000000 08:01 556 /usr/lib/libbig.so\n"
+        "7f4000000000-7f4000100000 rw-s 00000000 00:00 0 \n"  # shared anonymous: a fork's, found by parent
+        "7f5000000000-7f5000100000 rw-p 00000000 00:00 0 [heap]\n"
+        "ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]\n"
+        "7f6000000000-7f60"  # cut off by the read
+    ).encode()
+    assert parse_sharing_keys(maps) == {(0, 0x1a, 4711), (0, 1, 2048), (0, 5, 77), (8, 1, 555)}
+
+
+def test_sharing_keys_of_two_real_processes_mapping_one_shm_file(tmp_path: Path) -> None:
+    """Against the kernel: our own maps show a /dev/shm mapping as a key."""
+    import mmap
+    import os
+
+    path = f"/dev/shm/memagent-test-{os.getpid()}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(fd, 1 << 20)
+        with mmap.mmap(fd, 1 << 20) as m:
+            st = os.fstat(fd)
+            keys = parse_sharing_keys(Path("/proc/self/maps").read_bytes())
+            assert (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in keys
+            m[0] = 1
+    finally:
+        os.close(fd)
+        os.unlink(path)
