@@ -120,7 +120,7 @@ class Fleet:
         self.pgid = None
 
 
-def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
+def stop_daemon(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
     """SIGTERM a daemon started in its own process group; kill the group if it lingers."""
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGTERM)

@@ -57,12 +57,15 @@ class TickResult:
 
 def _status(sock: str) -> dict[str, Any]:
     out = subprocess.run([*memagent_argv(), "status", "--socket", sock, "--json"],
-                         capture_output=True, text=True, timeout=30, check=True)
+                         capture_output=True, text=True, timeout=30)
+    if out.returncode not in (0, 4, 5):  # 4, 5: an alert is firing (status as a health check)
+        raise subprocess.CalledProcessError(out.returncode, out.args, out.stdout, out.stderr)
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
 def measure(pids: list[int], seconds: float = SECONDS) -> TickResult:
-    from memagent.client import Client, DaemonNotRunning
+    from memagent.cli.client import Client
+    from memproto.client_side import DaemonNotRunning
     from memproto.frames import Dropped, Sample
 
     res = TickResult()

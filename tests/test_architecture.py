@@ -24,6 +24,7 @@ ALLOWED = {
     ("cli/main.py", "os.open"): "/dev/null over a closed stdout (| head)",
     ("serve/listen.py", "os.stat"): "the daemon's own socket file and its directories",
     ("serve/listen.py", "os.lstat"): "the daemon's own socket file and its directories",
+    ("serve/listen.py", "os.open"): "the daemon's lock file beside its socket (one daemon per path)",
 }
 
 

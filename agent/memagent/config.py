@@ -2,21 +2,37 @@
 
 ``--config FILE``, else ``/etc/memagent/memagent.toml`` when present. Every key is listed
 in ``docs/configuration.md`` and ``packaging/memagent.toml``; an unknown key or a wrong
-value is an error naming the key, so a typo never silently keeps a default. Sizes take
-``512MiB``, ``2G``, ``1.5GiB`` or a number of bytes (K/M/G/T and KiB/MiB/GiB/TiB are
-binary; KB/MB/GB/TB are decimal).
+value is an error naming the key and its line, so a typo never silently keeps a default.
+Every key's check and range: :mod:`memagent.config_schema` (the flags go through the same
+checks). Sizes take ``512MiB``, ``2G``, ``1.5GiB`` or a number of bytes (K/M/G/T and
+KiB/MiB/GiB/TiB are binary; KB/MB/GB/TB are decimal); without a unit, 0 or at least 1 MiB.
 """
 
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
+from memproto.paths import socket_path
+from memproto.text import printable
+
+from .config_schema import (
+    MAX_SIZE,
+    RESERVED_FOR_ADMINS,
+    SCHEMA,
+    Check,
+    MiB,
+    Refused,
+    Where,
+    check_all,
+    check_of,
+    check_text,
+    lookup_user,
+    parse_size,
+)
 from .errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -24,34 +40,16 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+__all__ = [
+    "DEFAULT_PATH", "MAX_FILE", "MAX_SIZE", "RESERVED_FOR_ADMINS", "RESTART_KEYS", "SCHEMA", "AgentConfig",
+    "AlertConfig", "Check", "ConfigError", "ConfigSource", "HeadroomConfig", "MiB", "StackConfig", "agent_config",
+    "changed_keys", "check_of", "check_text", "default_path", "key_line", "load", "lookup_user", "parse_size",
+    "validate",
+]
+
 DEFAULT_PATH = "/etc/memagent/memagent.toml"
-#: Of ``[clients] max``, these are only for root and admin-group clients: a crowd of one
-#: user's connections never locks an operator out.
-RESERVED_FOR_ADMINS = 8
-MiB = 1024 * 1024
-
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 1024, "kib": 1024, "m": MiB, "mib": MiB, "g": 1024 * MiB, "gib": 1024 * MiB,
-    "t": 1024**4, "tib": 1024**4,
-    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-}
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(value: object, key: str = "size") -> int:
-    """Bytes from ``512MiB``, ``2G``, ``1.5GiB``, ``1000000`` or an integer."""
-    if isinstance(value, bool):
-        raise ConfigError(key, "expected a size such as 512MiB, 2G or a number of bytes")
-    if isinstance(value, int):
-        if value < 0:
-            raise ConfigError(key, "a size cannot be negative")
-        return value
-    if isinstance(value, str):
-        m = _SIZE.match(value)
-        if m and m.group(2).lower() in _UNITS:
-            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    raise ConfigError(key, f"not a size: {value!r} (use e.g. 512MiB, 2G, 1.5GiB or bytes)")
+#: A configuration file is read up to this size: a bigger one is refused (not a config).
+MAX_FILE = MiB
 
 
 @dataclass
@@ -63,6 +61,9 @@ class HeadroomConfig:
     gpu_reserve: int = 256 * MiB
     #: Seconds between two PSS reads of a process (smaps_rollup holds its mmap lock).
     pss_refresh: float = 30.0
+    #: Re-read the PSS of sharing processes when the host's used memory drifts this far
+    #: from what the watched processes are thought to use (see docs/headroom.md).
+    pss_drift: int = 64 * MiB
 
 
 @dataclass
@@ -147,151 +148,99 @@ class AgentConfig:
     stacks: StackConfig = field(default_factory=StackConfig)
     headroom: HeadroomConfig = field(default_factory=HeadroomConfig)
     alerts: AlertConfig = field(default_factory=AlertConfig)
+    #: Where the daemon's configuration came from, to read it again on SIGHUP (set by
+    #: :func:`agent_config`; None for an agent built otherwise: embedded, demo, tests).
+    source: ConfigSource | None = field(default=None, compare=False, repr=False)
 
 
-# ----------------------------------------------------------------------------- schema
-
-Check = Callable[[object, str], Any]
+# ----------------------------------------------------------------------------- the file
 
 
-def _float(lo: float = 0.0, hi: float | None = None, exclusive_lo: bool = True) -> Check:
-    def check(v: object, key: str) -> float:
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise ConfigError(key, f"expected a number, got {v!r}")
-        x = float(v)
-        if (x <= lo if exclusive_lo else x < lo) or (hi is not None and x > hi):
-            raise ConfigError(key, f"out of range: {x:g}")
-        return x
-    return check
-
-
-def _str(v: object, key: str) -> str:
-    if not isinstance(v, str):
-        raise ConfigError(key, f"expected a string, got {v!r}")
-    return v
-
-
-def _bool(v: object, key: str) -> bool:
-    if not isinstance(v, bool):
-        raise ConfigError(key, f"expected true or false, got {v!r}")
-    return v
-
-
-def _str_list(v: object, key: str) -> list[str]:
-    if isinstance(v, str):
-        v = [v]
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise ConfigError(key, "expected a list of strings")
-    return list(v)
-
-
-def _count(v: object, key: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ConfigError(key, f"expected a whole number, got {v!r}")
-    if v < 1:
-        raise ConfigError(key, f"out of range: {v}")
-    return v
-
-
-def lookup_user(name: str, key: str = "alerts.hook_user") -> pwd.struct_passwd:
-    """The user database's entry for a user name or a numeric UID; ConfigError if none."""
+def validate(data: dict[str, Any], path: str | None = None, text: str | None = None) -> dict[str, Any]:
+    """The checked values (see :mod:`memagent.config_schema`), flattened to ``section.key``;
+    raises ConfigError naming the key, and ``path:LINE`` when the file's ``text`` is given."""
     try:
-        return pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
-    except (KeyError, OverflowError):
-        raise ConfigError(key, f"no such user: {name!r}") from None
+        return check_all(data)
+    except Refused as refused:
+        line = None if text is None or path is None else key_line(text, refused.where)
+        where = None if path is None else printable(path) if line is None else f"{printable(path)}:{line}"
+        raise ConfigError(printable(refused.key), refused.reason, where) from None
 
 
-def _user(v: object, key: str) -> str:
-    name = _str(v, key)
-    lookup_user(name, key)
-    return name
+# ----------------------------------------------------------------------------- lines
 
 
-def _size(v: object, key: str) -> int:
-    return parse_size(v, key)
-
-
-def _budgets(v: object, key: str) -> dict[str, int]:
-    if not isinstance(v, dict):
-        raise ConfigError(key, "expected a table of label = size")
-    return {str(label): parse_size(size, f"{key}.{label}") for label, size in v.items()}
-
-
-#: Every key, with its check: the file may hold these and nothing else.
-SCHEMA: dict[str, dict[str, Check] | Check] = {
-    "interval": _float(),
-    "socket": _str,
-    "auto": _str_list,
-    "auto_label": _str,
-    "admin_group": _str,
-    "socket_group": _str,
-    "history": _float(),
-    "status_refresh": _float(),
-    "host": {"capacity": _size, "reserve": _size, "pss_refresh": _float()},
-    "gpu": {"enabled": _bool, "reserve": _size},
-    "events": {"netlink": _bool},
-    "stacks": {"enabled": _bool, "budget": _float(), "timeout": _float(), "py_spy": _str,
-               "growth_threshold": _size, "rotation": _float()},
-    "alerts": {
-        "warn_fraction": _float(0.0, 10.0),
-        "critical_fraction": _float(0.0, 10.0),
-        "hysteresis": _float(0.0, 0.5, exclusive_lo=False),
-        "hook": _str_list,
-        "hook_timeout": _float(),
-        "hook_user": _user,
-        "hook_min_interval": _float(0.0, exclusive_lo=False),
-        "hook_rate": _float(),
-        "hook_burst": _count,
-        "pressure_threshold": _float(0.0, 100.0),
-        "leak_window": _float(),
-        "leak_min_rate": _size,
-        "leak_horizon": _float(),
-        "recent": _float(),
-    },
-    "budgets": _budgets,
-    "clients": {"max": _count, "max_per_uid": _count, "idle_timeout": _float()},
-}
-
-
-def validate(data: dict[str, Any], path: str | None = None) -> dict[str, Any]:
-    """The checked values, flattened to ``section.key``; raises ConfigError."""
-    out: dict[str, Any] = {}
+def _holds(text: str, where: Where) -> bool | None:
+    """Whether ``text`` (as TOML) sets the key at ``where``; None: it does not parse."""
     try:
-        for key, value in data.items():
-            spec = SCHEMA.get(key)
-            if spec is None:
-                raise ConfigError(key, "unknown key")
-            if isinstance(spec, dict):
-                if not isinstance(value, dict):
-                    raise ConfigError(key, "expected a table")
-                for sub, v in value.items():
-                    check = spec.get(sub)
-                    if check is None:
-                        raise ConfigError(f"{key}.{sub}", "unknown key")
-                    out[f"{key}.{sub}"] = check(v, f"{key}.{sub}")
-            else:
-                out[key] = spec(value, key)
-        if out.get("alerts.critical_fraction", 1.0) < out.get("alerts.warn_fraction", 0.9):
-            raise ConfigError("alerts.critical_fraction", "must not be below alerts.warn_fraction")
-        if out.get("clients.max", RESERVED_FOR_ADMINS + 1) <= RESERVED_FOR_ADMINS:
-            raise ConfigError("clients.max", f"must be above the {RESERVED_FOR_ADMINS} connections kept for root")
-        if out.get("alerts.hook") == []:
-            raise ConfigError("alerts.hook", "an empty command; leave the key out for no hook")
-    except ConfigError as exc:
-        raise exc.at(path) from None
-    return out
+        node: object = tomllib.loads(text)
+    except (ValueError, RecursionError):  # tomllib.TOMLDecodeError is a ValueError
+        return None
+    for name in where:
+        if not isinstance(node, dict) or name not in node:
+            return False
+        node = node[name]
+    return True
+
+
+def key_line(text: str, where: Where) -> int | None:
+    """The line (from 1) where the valid TOML ``text`` sets the key at ``where``: the first
+    line of its statement (``key = [`` of an array over several lines, the ``[table]``
+    header of a table). tomllib gives no positions, so prefixes of the text are parsed: the
+    smallest whole-statement prefix that sets the key ends on the statement's last line, and
+    the statement starts after the longest prefix before it that parses. None if no prefix
+    sets it (a key the file does not hold)."""
+    lines = re.findall(r"[^\n]*\n|[^\n]+$", text)  # TOML ends lines at \n only
+
+    def holds(n: int) -> bool | None:
+        return _holds("".join(lines[:n]), where)
+
+    if holds(len(lines)) is not True:
+        return None
+    lo, hi = 0, len(lines)  # no prefix of lo lines or fewer sets the key; that of hi lines does
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        probe, state = mid, holds(mid)
+        while state is None and probe - 1 > lo:  # inside a statement: the one before it
+            probe -= 1
+            state = holds(probe)
+        if state:
+            hi = probe
+        else:
+            lo = mid
+    start = hi - 1  # the longest prefix before the statement that parses
+    while start > 0 and holds(start) is None:
+        start -= 1
+    return start + 1
 
 
 def load(path: str) -> dict[str, Any]:
-    """Read and validate a config file."""
+    """Read and validate a config file; every failure is one ConfigError (one line)."""
+    shown = printable(path)
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            raw = f.read(MAX_FILE + 1)
     except OSError as exc:
-        raise ConfigError("-", f"cannot read: {exc.strerror}", path) from None
+        raise ConfigError("-", f"cannot read: {printable(exc.strerror or str(exc))}", shown) from None
+    if len(raw) > MAX_FILE:
+        raise ConfigError("-", f"larger than {MAX_FILE // MiB} MiB: not a configuration file", shown)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError("-", f"not UTF-8 text: byte 0x{raw[exc.start]:02x}", f"{shown}:{line}") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("-", f"not valid TOML: {exc}", path) from None
-    return validate(data, path)
+        at = re.search(r"\(at line (\d+), column \d+\)$", str(exc))
+        raise ConfigError("-", f"not valid TOML: {exc}", f"{shown}:{at.group(1)}" if at else shown) from None
+    except RecursionError:
+        raise ConfigError("-", "not valid TOML: nested too deeply", shown) from None
+    except ValueError:  # int() of a number past sys.get_int_max_str_digits()
+        long = re.search(r"[0-9_]{4000,}", text)
+        where = shown if long is None else f"{shown}:{text.count(chr(10), 0, long.start()) + 1}"
+        raise ConfigError("-", "not valid TOML: a number too long", where) from None
+    return validate(data, path, text)
 
 
 def default_path() -> str | None:
@@ -322,6 +271,7 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
     headroom = HeadroomConfig(**given(
         host_capacity=(None, "host.capacity"), host_reserve=(None, "host.reserve"),
         gpu_reserve=(None, "gpu.reserve"), pss_refresh=(None, "host.pss_refresh"),
+        pss_drift=(None, "host.pss_drift"),
     ))
     alerts = AlertConfig(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("alerts.")})
     alerts.recent = int(alerts.recent)
@@ -338,4 +288,59 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
         config.gpu = False
     if flags.get("no_netlink"):
         config.netlink = False
+    config.source = ConfigSource(dict(flags))
     return config
+
+
+# ----------------------------------------------------------------------------- reload (SIGHUP)
+
+#: What a running daemon cannot change: SIGHUP keeps the running value and says a restart
+#: is needed. The socket and its group are bound at start; the interval paces the tick,
+#: the history slots and what clients were told in their hello; the history's length sizes
+#: each process's ring; NVML, the netlink sockets and py-spy are opened or found at start.
+RESTART_KEYS = frozenset({"socket", "socket_group", "interval", "history", "gpu.enabled", "events.netlink",
+                          "stacks.enabled", "stacks.py_spy"})
+
+#: The file key of each :class:`AgentConfig` attribute whose name differs from it.
+_FILE_KEY = {
+    "history_seconds": "history", "gpu": "gpu.enabled", "netlink": "events.netlink", "max_clients": "clients.max",
+    "max_clients_per_uid": "clients.max_per_uid", "client_idle_timeout": "clients.idle_timeout",
+    "headroom.host_capacity": "host.capacity", "headroom.host_reserve": "host.reserve",
+    "headroom.gpu_reserve": "gpu.reserve", "headroom.pss_refresh": "host.pss_refresh",
+    "headroom.pss_drift": "host.pss_drift", "alerts.budgets": "budgets",
+}
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """How the daemon's configuration was made, so that SIGHUP makes it again the same
+    way: the file (``--config``, else the default path when present, as at start) under
+    the same command-line ``flags``, which still win over the file."""
+
+    flags: dict[str, Any]
+
+    @property
+    def path(self) -> str | None:
+        return self.flags.get("config") or default_path()
+
+    def load(self) -> AgentConfig:
+        """The configuration as a restart would build it now; ConfigError (one line, as
+        ``check-config`` says it) when the file is not valid."""
+        path = self.path
+        values = load(path) if path else {}
+        return agent_config(values, self.flags, socket_path(self.flags.get("socket") or values.get("socket")))
+
+
+def changed_keys(running: AgentConfig, new: AgentConfig) -> list[str]:
+    """The file keys whose values differ between two configurations, in field order."""
+    out: list[str] = []
+    for name in (f.name for f in fields(AgentConfig) if f.name != "source"):
+        old_value, new_value = getattr(running, name), getattr(new, name)
+        if is_dataclass(old_value):
+            for sub in fields(old_value):
+                dotted = f"{name}.{sub.name}"
+                if getattr(old_value, sub.name) != getattr(new_value, sub.name):
+                    out.append(_FILE_KEY.get(dotted, dotted))
+        elif old_value != new_value:
+            out.append(_FILE_KEY.get(name, name))
+    return out

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 MiB = 1024 * 1024
 SHAPES = ("steady", "sawtooth", "leak", "spike", "forked")
 _PR_SET_PDEATHSIG = 1
+#: The PID a worker's parent had (the environment variable): another one means it died.
+_PARENT = "MEMAGENT_DEMO_PARENT"
 
 
 def touched(n_bytes: int) -> bytearray:
@@ -38,11 +40,14 @@ def touched(n_bytes: int) -> bytearray:
     return bytearray(b"\x01") * n_bytes
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
+    """SIGTERM when the parent (PID ``parent``, else whoever it is now) ends."""
+    expected = os.getppid() if parent is None else parent
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() == 1:  # the parent died before prctl took effect
+    # The parent died before prctl took effect: adopted by init or a subreaper.
+    if os.getppid() != expected or (parent is None and expected == 1):
         sys.exit(0)
 
 
@@ -83,10 +88,11 @@ def _spike() -> None:
 def _forked() -> None:
     shared = touched(200 * MiB)
     children = []
+    me = os.getpid()
     for _ in range(3):
         pid = os.fork()
         if pid == 0:
-            die_with_parent()
+            die_with_parent(me)
             own = touched(20 * MiB)  # noqa: F841 - held on purpose
             total = 0
             while True:  # read the shared buffer: shared pages stay shared
@@ -123,7 +129,7 @@ class Fleet:
         for shape in self.shapes:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "memagent.demo_fleet", "worker", shape],
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL, env={**os.environ, _PARENT: str(os.getpid())},
             )
             self.members.append(Member(f"demo-{shape}", shape, proc))
         return self.members
@@ -163,8 +169,10 @@ async def attach_fleet(fleet: Fleet, registry: Registry) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "worker" and argv[1] in _WORKERS:
-        die_with_parent()
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        die_with_parent(int(os.environ[_PARENT]) if os.environ.get(_PARENT, "").isdigit() else None)
+        # At once: a second SIGTERM (stop, then the parent's death) must not land in the
+        # interpreter's shutdown, where it prints a traceback on the demo's terminal.
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
         _WORKERS[argv[1]]()
         return 0
     print(f"usage: python -m memagent.demo_fleet worker {{{','.join(SHAPES)}}}", file=sys.stderr)

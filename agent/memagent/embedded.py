@@ -84,12 +84,14 @@ class EmbeddedAgent:
         return self._thread.is_alive()
 
     def stop(self) -> None:
-        if self._loop is not None and self._stop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(10)
+        # The fleet first: its members die with the agent's thread too (PR_SET_PDEATHSIG
+        # follows the thread that started them), and one SIGTERM each is enough.
         if self._fleet is not None:
             self._fleet.stop()
             self._fleet = None
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(10)
         shutil.rmtree(self._dir, ignore_errors=True)
 
 

@@ -16,6 +16,7 @@ import pwd
 import socket
 import struct
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 from .codec import UnknownFrameType, decode
 from .errors import ProtocolError
@@ -107,12 +108,29 @@ def decode_from_server(payloads: Iterable[bytes]) -> list[Frame]:
 # --------------------------------------------------------------------------- errors
 
 
+class ClientErrorCode:
+    """The ``code`` of a :class:`ClientError` that the client found itself (the daemon's
+    are :class:`~memproto.vocabulary.ErrorCode`, with underscores; these have hyphens, so
+    the two never collide). ``memagent --json`` prints them in its error object."""
+
+    DAEMON_NOT_RUNNING: Final = "daemon-not-running"
+    CANNOT_CONNECT: Final = "cannot-connect"
+    CONNECTION_LOST: Final = "connection-lost"
+    UNTRUSTED_DAEMON: Final = "untrusted-daemon"
+    TIMEOUT: Final = "timeout"
+    BAD_REPLY: Final = "bad-reply"
+
+
 class ClientError(Exception):
     """Base of what a client (the CLI's or memtop's) raises about its daemon."""
+
+    code: str = ClientErrorCode.CONNECTION_LOST
 
 
 class DaemonNotRunning(ClientError):
     """Nothing listens on the socket path."""
+
+    code = ClientErrorCode.DAEMON_NOT_RUNNING
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -122,9 +140,24 @@ class DaemonNotRunning(ClientError):
 class ConnectionLost(ClientError):
     """The daemon closed the connection, or the link is not open."""
 
+    code = ClientErrorCode.CONNECTION_LOST
+
+
+class CannotConnect(ConnectionLost):
+    """Something is at the socket path but ``connect`` failed for another reason than
+    "nobody listens": permission denied, a path too long for ``AF_UNIX``. (A
+    :class:`ConnectionLost`: the link is not open.)"""
+
+    code = ClientErrorCode.CANNOT_CONNECT
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        super().__init__(f"cannot connect to {path}: {reason}")
+
 
 class RequestFailed(ClientError):
-    """The daemon answered with an error frame (a request's, or a refusal to talk)."""
+    """The daemon answered with an error frame (a request's, or a refusal to talk);
+    ``code`` is the frame's (:class:`~memproto.vocabulary.ErrorCode`)."""
 
     def __init__(self, error: Error) -> None:
         self.code = error.code
@@ -135,6 +168,8 @@ class UntrustedDaemon(ConnectionLost):
     """The socket is served by a UID the client does not trust: it hung up before the
     hello. (A :class:`ConnectionLost`: the link is not open, and whatever handles a lost
     link, the CLI's exit 1 or memtop's retry, handles this too.)"""
+
+    code = ClientErrorCode.UNTRUSTED_DAEMON
 
     def __init__(self, path: str, server_uid: int, my_uid: int, trusted: tuple[int, ...] = (),
                  note: str = "") -> None:

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from memagent.alerting.hooks import LANG, PATH, HookRunner
+from memagent.alerting.hooks import LANG, HookRunner
 from memagent.config import AlertConfig, validate
+from memagent.config_schema import HOOK_PATH as PATH
 from memagent.errors import ConfigError
 from memproto.records import Alert
 from memproto.vocabulary import AlertState, Severity

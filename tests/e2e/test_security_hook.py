@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import Daemon, Target, memagent_cli
 
-from memagent.alerting.hooks import LANG, PATH
+from memagent.alerting.hooks import LANG
+from memagent.config_schema import HOOK_PATH as PATH
 from memproto.client_side import RequestFailed
 from memproto.frames import AlertRaised, Exited
 from memproto.records import Alert
@@ -121,7 +122,7 @@ def test_the_daemon_runs_its_hook_as_nobody_without_its_environment(
 def test_an_unknown_hook_user_is_a_config_error(start_daemon: Callable[..., Daemon], tmp_path: Path) -> None:
     cfg = config(tmp_path, '[alerts]\nhook = ["/bin/true"]\nhook_user = "memagent-no-such-user"\n')
     checked = memagent_cli("check-config", cfg)
-    assert checked.returncode == 1
+    assert checked.returncode == 2
     assert "alerts.hook_user: no such user: 'memagent-no-such-user'" in checked.stderr
     d = start_daemon("--config", cfg, wait=False)
     assert d.proc.wait(30) == 2
@@ -206,7 +207,7 @@ def test_a_process_name_or_label_with_a_newline_forges_no_log_line_and_no_ls_lin
     assert ls.returncode == 0 and len(ls.stdout.splitlines()) == 1 + len(json.loads(ls_json.stdout)), ls.stdout
     assert "\\nmemagent: CRIT" in ls.stdout
     assert any(p["name"] == FORGED_COMM for p in json.loads(ls_json.stdout))
-    assert status.returncode == 0
+    assert status.returncode in (4, 5)  # the leak alert is firing: status is a health check (docs/cli.md)
     assert not any(line.startswith("memagent: CRIT") for line in status.stdout.splitlines()), status.stdout
 
 

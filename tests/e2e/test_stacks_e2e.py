@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pwd
@@ -15,6 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import HERE, Daemon, MiB, Target, memagent_cli, wait_sample
 
+from memagent.config import StackConfig
+from memagent.core.registry import Registry
+from memagent.core.stack_collector import StackCollector
 from memproto.frames import Sample, StackStateChanged
 
 pytestmark = pytest.mark.skipif(
@@ -226,11 +230,8 @@ def test_unprivileged_reader_gets_permission_denied(stack_targets: Callable[[], 
 
 
 def _collect_as_user(pid: int, py_spy: str) -> dict[str, str | None]:
-    import asyncio
-
-    from memagent.config import StackConfig
-    from memagent.core.registry import Registry
-    from memagent.core.stack_collector import StackCollector
+    """Runs after dropping to a user who cannot read the interpreter's standard library
+    (under root's home, mode 0700): everything it imports is imported at the top."""
 
     async def main() -> dict[str, str | None]:
         registry = Registry()

@@ -98,7 +98,7 @@ def test_disconnected_state(snap_compare: Any) -> None:
         app = pilot.app
         assert isinstance(app, MemtopApp)
         app.link_state = LinkState(False, "/run/memagent/memagent.sock", False,
-                                   "the daemon closed the connection; retrying in 2s")
+                                   "no memagent daemon at /run/memagent/memagent.sock", attempt=3, lost=True)
         await pilot.pause()
 
     assert snap_compare(replayed_app(), terminal_size=(100, 30), run_before=down)

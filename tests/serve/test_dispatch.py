@@ -115,7 +115,9 @@ def test_another_users_process_is_invisible_to_a_non_admin(
     admin_list = dispatch(ADMIN, ListProcesses(id=3))
     assert isinstance(admin_list, ListOk) and [p.pid for p in admin_list.processes] == [TRAINER, WEIRD]
     for pid in (WEIRD, 999999):
-        assert dispatch(USER, Detach(id=4, pids=[pid])) == DetachOk(4, [], [not_watched(pid)])
+        detach_failure = Failure(pid, ErrorCode.NO_SUCH_PROCESS,
+                                 f"not watched: {pid}" if pid == WEIRD else f"no such process: {pid}")
+        assert dispatch(USER, Detach(id=4, pids=[pid])) == DetachOk(4, [], [detach_failure])
         assert dispatch(USER, ResetPeaks(id=5, pids=[pid])) == ResetPeaksOk(5, [], [not_watched(pid)])
         assert dispatch(USER, Stack(id=6, pid=pid, fresh=False)) == Error(
             6, ErrorCode.NO_SUCH_PROCESS, f"no such process: {pid} (not watched)")
@@ -129,7 +131,8 @@ def test_detach(dispatch: Dispatch, registry: Registry, proc_tree: ProcTree) -> 
     trainer, weird = registry.entries.values()
     reply = dispatch(USER, Detach(id=2, pids=[TRAINER]))
     assert reply == DetachOk(2, [ProcessRef(TRAINER, trainer.start_time)], [])
-    assert dispatch(USER, Detach(id=3, pids=[TRAINER])) == DetachOk(3, [], [not_watched(TRAINER)])
+    not_watched_now = Failure(TRAINER, ErrorCode.NO_SUCH_PROCESS, f"not watched: {TRAINER}")
+    assert dispatch(USER, Detach(id=3, pids=[TRAINER])) == DetachOk(3, [], [not_watched_now])
     proc_tree.exit(WEIRD)
     registry.mark_exited([weird], now=100.0)
     assert dispatch(USER, Detach(id=4, pids=[], exited=True)) == DetachOk(4, [], [])  # not the user's

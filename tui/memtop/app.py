@@ -5,12 +5,14 @@ the socket and only posts messages; the app applies every frame to
 :class:`~memtop.model.FleetModel` through a map from frame type to handler, then sets the
 immutable :class:`~memtop.model.Snapshot` reactive. The widgets are bound to the app's
 reactives (``data_bind``) and compute their view from them: the app pushes data into
-none of them. With no daemon on the socket, memtop starts an embedded agent through
-:func:`memagent.embedded.start_embedded`, its one door into the agent package.
+none of them. With no daemon socket at start (or with ``--embedded``), memtop starts an
+embedded agent through :func:`memagent.embedded.start_embedded`, its one door into the
+agent package; a daemon it was connected to is reconnected to, never replaced.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import Callable
 from dataclasses import replace
@@ -51,7 +53,7 @@ from memproto.records import Failure, ProcessInfo
 from memproto.vocabulary import StackState
 
 from . import columns
-from .link import Connector
+from .link import Connector, EmbeddedMode
 from .messages import FrameArrived, LinkDown, LinkUp
 from .model import Detail, FleetModel, Key, Snapshot
 from .screens import AttachScreen, HelpScreen, python_candidates
@@ -116,6 +118,7 @@ class MemtopApp(App[None]):
         *,
         connect: bool = True,
         allow_embedded: bool = True,
+        embedded: EmbeddedMode = "auto",
         demo: bool = False,
         embedded_interval: float = 0.5,
     ) -> None:
@@ -123,7 +126,8 @@ class MemtopApp(App[None]):
         self.connect = connect
         self.model = FleetModel()
         self._connector = Connector(socket_path(socket), self.post_message, allow_embedded=allow_embedded,
-                                    demo=demo, embedded_interval=embedded_interval)
+                                    embedded=embedded, demo=demo, embedded_interval=embedded_interval)
+        self._ui_loop: asyncio.AbstractEventLoop | None = None
         self._stack_inflight: int | None = None
         self._handlers = self._frame_handlers()
 
@@ -154,6 +158,7 @@ class MemtopApp(App[None]):
         # Everything built so far (Textual, widgets, styles) lives as long as the app: keep
         # it out of the cyclic GC's full passes, which otherwise stall an update now and then.
         gc.freeze()
+        self._ui_loop = asyncio.get_running_loop()
         self._main(ProcessTable).focus()
         if self.connect:
             self.run_link()
@@ -162,6 +167,17 @@ class MemtopApp(App[None]):
     def on_unmount(self) -> None:
         self._connector.stop()
 
+    def stop_agent(self) -> None:
+        """Stop the embedded agent and its demo fleet now, from any thread (the terminal
+        went away); the app's own exit then finds nothing left to stop."""
+        self._connector.stop()
+
+    def exit_from_thread(self, return_code: int) -> None:
+        """Ask the app to exit from another thread, without waiting for it to happen."""
+        loop = self._ui_loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(lambda: self.exit(return_code=return_code))
+
     @work(exclusive=True, group="link", exit_on_error=False)
     async def run_link(self) -> None:
         await self._connector.run()
@@ -169,12 +185,15 @@ class MemtopApp(App[None]):
     # ------------------------------------------------------------------ frames in
 
     def on_link_up(self, message: LinkUp) -> None:
+        # The list, history and status the connector asks for on every link replace what
+        # a previous daemon said; its count of dropped samples starts again too.
+        self.model.dropped = 0
         self.link_state = LinkState(True, message.path, message.embedded, "", self.paused)
 
     def on_link_down(self, message: LinkDown) -> None:
         self._stack_inflight = None
-        note = f"{message.reason}; retrying in {message.retry_in:g}s"
-        self.link_state = replace(self.link_state, connected=False, message=note)
+        self.link_state = replace(self.link_state, connected=False, message=message.reason,
+                                  attempt=message.attempt, lost=message.lost)
 
     def on_frame_arrived(self, message: FrameArrived) -> None:
         self.feed(message.frame)

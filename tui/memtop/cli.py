@@ -1,7 +1,7 @@
-"""memtop's command line: the arguments, then the app.
+"""memtop's command line: the arguments, the terminal check, then the app.
 
 :func:`entry` is the console script's target. The app is imported only once the arguments
-are parsed, so ``memtop --help`` does not load Textual.
+are parsed and a terminal is there, so ``memtop --help`` does not load Textual.
 """
 
 from __future__ import annotations
@@ -9,20 +9,47 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
+
+from . import __version__
+from .terminal import HANGUP_EXIT, NO_TERMINAL, TerminalWatch, has_terminal
+
+if TYPE_CHECKING:
+    from .app import MemtopApp
+    from .link import EmbeddedMode
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memtop", description="The peak memory offenders on this box, live.")
+    parser = argparse.ArgumentParser(
+        prog="memtop", description="The peak memory offenders on this box, live.",
+        epilog="Without --embedded or --no-embedded: the daemon if its socket is there at start "
+               "(followed across its restarts), else an embedded agent.")
+    parser.add_argument("--version", action="version", version=f"memtop {__version__}")
     parser.add_argument("--socket", metavar="PATH", help="daemon socket (same resolution as memagent)")
-    parser.add_argument("--no-embedded", action="store_true",
-                        help="never start an embedded agent; wait for a daemon instead")
+    agent = parser.add_mutually_exclusive_group()
+    agent.add_argument("--embedded", action="store_true",
+                       help="always run an agent of its own, even where a daemon runs")
+    agent.add_argument("--no-embedded", action="store_true",
+                       help="never start an embedded agent; wait for a daemon instead")
     parser.add_argument("--demo", action="store_true", help="start a demo fleet under an embedded agent")
     parser.add_argument("--interval", type=float, default=0.5, help="embedded agent's sample interval (0.5)")
     return parser
 
 
+def _terminal_lost(app: MemtopApp) -> None:
+    """The terminal went away (watch thread): the agent and fleet first, then the app."""
+    app.stop_agent()
+    app.exit_from_thread(HANGUP_EXIT)
+
+
 def entry(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.demo and args.no_embedded:
+        parser.error("--demo runs an embedded agent: not with --no-embedded")
+    if not has_terminal():
+        print(NO_TERMINAL, file=sys.stderr)
+        sys.exit(2)
     from .app import MemtopApp
 
     # An embedded agent logs like the daemon; on a full-screen terminal those lines would
@@ -30,9 +57,10 @@ def entry(argv: list[str] | None = None) -> None:
     agent_log = logging.getLogger("memagent")
     agent_log.addHandler(logging.NullHandler())
     agent_log.propagate = False
-    app = MemtopApp(args.socket, allow_embedded=not args.no_embedded, demo=args.demo,
-                    embedded_interval=args.interval)
-    app.run()
+    mode: EmbeddedMode = "always" if args.embedded or args.demo else "never" if args.no_embedded else "auto"
+    app = MemtopApp(args.socket, embedded=mode, demo=args.demo, embedded_interval=args.interval)
+    with TerminalWatch(lambda: _terminal_lost(app)):
+        app.run()
     sys.exit(app.return_code or 0)
 
 

@@ -2,9 +2,17 @@
 what the app's connection worker does with it (:class:`Connector`). Widgets never see it.
 
 :class:`DaemonLink` raises the client errors every client shares
-(:mod:`memproto.client_side`): :class:`DaemonNotRunning`, :class:`ConnectionLost` (and
-:class:`UntrustedDaemon`: the socket is served by a UID we do not trust) and
-:class:`RequestFailed` (the daemon refused the hello).
+(:mod:`memproto.client_side`): :class:`DaemonNotRunning` (:class:`NoDaemonSocket` when
+not even the socket file is there), :class:`ConnectionLost` (and :class:`UntrustedDaemon`:
+the socket is served by a UID we do not trust) and :class:`RequestFailed` (the daemon
+refused the hello).
+
+Which agent memtop talks to (:data:`EmbeddedMode`): ``"always"`` its own embedded agent
+(``--embedded``, ``--demo``); ``"never"`` only a daemon (``--no-embedded``); ``"auto"``
+(the default) the daemon when its socket is there at start, else an embedded agent. The
+choice is made once: a daemon that goes away (restart, crash) is reconnected to, with
+backoff (:data:`BACKOFF_FIRST` doubling to :data:`BACKOFF_MAX`), never replaced by an
+embedded agent.
 """
 
 from __future__ import annotations
@@ -12,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from textual.message import Message
 
@@ -35,14 +44,23 @@ from memproto.client_side import (
 )
 from memproto.frames import Error, Frame, Hello, History, ListProcesses, Status, Subscribe
 
+from . import __version__
 from .messages import FrameArrived, LinkDown, LinkUp
 
 if TYPE_CHECKING:
     from memagent.embedded import EmbeddedAgent
 
-SOFTWARE = "memtop 0.1.0"
+SOFTWARE = f"memtop {__version__}"
 STATUS_EVERY = 2.0
-BACKOFF_MAX = 5.0
+#: Seconds before the first retry after a failed connection; doubled up to BACKOFF_MAX.
+BACKOFF_FIRST = 0.1
+BACKOFF_MAX = 2.0
+
+EmbeddedMode = Literal["auto", "always", "never"]
+
+
+class NoDaemonSocket(DaemonNotRunning):
+    """Not even the socket file is there (DaemonNotRunning: it is, but nobody answers)."""
 
 
 class DaemonLink:
@@ -57,7 +75,9 @@ class DaemonLink:
     async def open(self, timeout: float = 5.0) -> Hello:
         try:
             self._reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(self.path), timeout)
-        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError):
+            raise NoDaemonSocket(self.path) from None
+        except ConnectionRefusedError:
             raise DaemonNotRunning(self.path) from None
         self._writer = writer
         # Before a byte is sent: a daemon of root, of ours or of $MEMAGENT_DAEMON_UID, else
@@ -93,68 +113,101 @@ class DaemonLink:
 
 
 class Connector:
-    """The app's connection worker: connect (starting an embedded agent when no daemon
-    answers and that is allowed), ask for the current state and subscribe, relay every
-    frame, and reconnect with backoff when the link drops. It only posts messages
-    (:mod:`memtop.messages`); the app sends its requests on :attr:`link`."""
+    """The app's connection worker: connect (to the agent :data:`EmbeddedMode` chose), ask
+    for the current state and subscribe, relay every frame, and reconnect with backoff when
+    the link drops. It only posts messages (:mod:`memtop.messages`); the app sends its
+    requests on :attr:`link`."""
 
     def __init__(self, path: str, post: Callable[[Message], object], *, allow_embedded: bool = True,
-                 demo: bool = False, embedded_interval: float = 0.5) -> None:
+                 embedded: EmbeddedMode = "auto", demo: bool = False, embedded_interval: float = 0.5) -> None:
         self.path = path
         self.post = post
-        self.allow_embedded = allow_embedded
+        #: "always" once an embedded agent is chosen; "auto" only until the first try.
+        self.mode: EmbeddedMode = "always" if demo else embedded if allow_embedded else "never"
         self.demo = demo
         self.embedded_interval = embedded_interval
         #: The open link; None while disconnected.
         self.link: DaemonLink | None = None
-        #: The agent started in-process because no daemon answered; None: none.
+        #: The agent started in-process; None: none.
         self.embedded: EmbeddedAgent | None = None
+        #: Whether a link was ever up: a later failure is a lost daemon, not a missing one.
+        self.ever_connected = False
+        self._lock = threading.Lock()  # stop() may come from another thread (terminal lost)
+        self._closed = False
 
     async def run(self) -> None:
-        backoff = 0.5
-        path = self.path
-        embedded = False
-        if self.demo:
-            path, embedded = await self._start_embedded(), True
+        attempt, backoff = 0, BACKOFF_FIRST
         while True:
-            link = DaemonLink(path)
-            try:
-                await link.open()
-            except DaemonNotRunning as exc:
-                if self.allow_embedded and not embedded and self.embedded is None:
-                    path, embedded = await self._start_embedded(), True
-                    continue
-                # Short enough for the header's status line (the CLI adds how to start one).
-                self.post(LinkDown(f"no memagent daemon at {exc.path}", backoff))
-            except (OSError, ClientError, ProtocolError, asyncio.TimeoutError) as exc:
-                self.post(LinkDown(str(exc) or type(exc).__name__, backoff))
-            else:
-                backoff = 0.5
-                self.link = link
-                self.post(LinkUp(path, embedded))
-                await self._serve(link)
-                self.link = None
-                link.close()
+            reason = await self._connect_once(first=attempt == 0 and not self.ever_connected)
+            if reason is None:  # it served, then the link dropped: retry at once
+                attempt, backoff = 0, BACKOFF_FIRST
                 continue
-            link.close()
+            attempt += 1
+            self.post(LinkDown(reason, backoff, attempt, lost=self.ever_connected))
             await asyncio.sleep(backoff)
             backoff = min(BACKOFF_MAX, backoff * 2)
 
-    def stop(self) -> None:
-        """Stop the embedded agent, if one was started."""
-        if self.embedded is not None:
-            self.embedded.stop()
-            self.embedded = None
+    async def _connect_once(self, *, first: bool) -> str | None:
+        """One try: connect and serve until the link drops (None), or why it failed. Short
+        enough for the header's status line (the CLI adds how to start a daemon)."""
+        if self.mode == "always" and self.embedded is None:
+            if self._closed:
+                return "memtop is stopping"
+            try:
+                await asyncio.to_thread(self._start_embedded)
+            except Exception as exc:  # noqa: BLE001 - whatever stops it is shown, then retried
+                return f"cannot start an embedded agent: {exc or type(exc).__name__}"
+            if self.embedded is None:
+                return "memtop is stopping"
+        embedded = self.embedded
+        path = str(embedded.socket) if embedded is not None else self.path
+        link = DaemonLink(path)
+        try:
+            await link.open()
+        except (OSError, ClientError, ProtocolError, asyncio.TimeoutError) as exc:
+            link.close()
+            if isinstance(exc, NoDaemonSocket) and first and self.mode == "auto":
+                self.mode = "always"  # no daemon at start: an agent of our own, for good
+                return await self._connect_once(first=False)
+            if isinstance(exc, DaemonNotRunning):  # a socket nobody answers on: (re)starting
+                return f"no memagent daemon at {exc.path}"
+            return str(exc) or type(exc).__name__
+        except asyncio.CancelledError:
+            link.close()
+            raise
+        self.link, self.ever_connected = link, True
+        self.post(LinkUp(path, embedded is not None))
+        try:
+            reason = await self._serve(link)
+        finally:
+            self.link = None
+            link.close()
+        self.post(LinkDown(reason, 0.0, 0, lost=True))
+        return None
 
-    async def _start_embedded(self) -> str:
+    def stop(self) -> None:
+        """Stop the embedded agent and its demo fleet, if one was started. From any thread;
+        a second caller returns once the first is done."""
+        with self._lock:
+            self._closed = True
+            agent, self.embedded = self.embedded, None
+            if agent is not None:
+                agent.stop()
+
+    def _start_embedded(self) -> None:
+        """In a thread: start the embedded agent, unless memtop stopped meanwhile."""
         from memagent.embedded import start_embedded
 
-        agent = await asyncio.to_thread(start_embedded, interval=self.embedded_interval, demo=self.demo)
-        self.embedded = agent
-        return str(agent.socket)
+        agent = start_embedded(interval=self.embedded_interval, demo=self.demo)
+        with self._lock:
+            if not self._closed:
+                self.embedded = agent
+                return
+        agent.stop()
 
-    async def _serve(self, link: DaemonLink) -> None:
-        """Ask for the current state, subscribe, then relay frames until the link drops."""
+    async def _serve(self, link: DaemonLink) -> str:
+        """Ask for the current state, subscribe, then relay frames until the link drops;
+        returns why it dropped."""
         for frame in (ListProcesses(link.next_id()), History(link.next_id()), Status(link.next_id()),
                       Subscribe(link.next_id())):
             link.send(frame)
@@ -163,7 +216,7 @@ class Connector:
             while True:
                 self.post(FrameArrived(await link.recv()))
         except (OSError, ConnectionLost, ProtocolError) as exc:
-            self.post(LinkDown(str(exc) or type(exc).__name__, 0.5))
+            return str(exc) or type(exc).__name__
         finally:
             poller.cancel()
 

@@ -15,10 +15,15 @@ class LinkUp(Message):
 
 
 class LinkDown(Message):
-    def __init__(self, reason: str, retry_in: float) -> None:
+    """The link is down: ``reason``; try number ``attempt`` failed (0: the link just
+    dropped) and the next comes in ``retry_in`` s; ``lost``: a link was up before."""
+
+    def __init__(self, reason: str, retry_in: float, attempt: int = 0, lost: bool = False) -> None:
         super().__init__()
         self.reason = reason
         self.retry_in = retry_in
+        self.attempt = attempt
+        self.lost = lost
 
 
 class FrameArrived(Message):

@@ -42,6 +42,7 @@ from memproto.text import printable
 from memproto.vocabulary import AlertState
 
 from ..config import lookup_user
+from ..config_schema import HOOK_PATH
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,6 @@ MAX_RUNNING = 4
 #: Distinct alert keys that may wait for their turn at once.
 MAX_WAITING = 1024
 #: The hook's whole environment, with ``HOME`` and ``MEMAGENT_ALERT_KIND``.
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LANG = "C.UTF-8"
 
 Key = tuple[str, str]
@@ -87,8 +87,12 @@ def resolve_hook_user(name: str) -> HookUser:
 def _kill(proc: asyncio.subprocess.Process) -> None:
     """SIGKILL to the hook's session (it runs in one of its own): what it started goes too."""
     if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
+        try:
             os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        except PermissionError:  # no CAP_KILL over the hook's user (a unit that dropped it)
+            log.error("hook pid %d: cannot kill it at its timeout (permission denied): it runs on", proc.pid)
 
 
 class HookRunner:
@@ -271,7 +275,7 @@ class HookRunner:
         assert self.user is not None
         self.ran += 1
         what = f"hook for alert {alert.id} ({alert.kind} {alert.state})"
-        env = {"PATH": PATH, "LANG": LANG, "HOME": self.user.home, "MEMAGENT_ALERT_KIND": alert.kind}
+        env = {"PATH": HOOK_PATH, "LANG": LANG, "HOME": self.user.home, "MEMAGENT_ALERT_KIND": alert.kind}
         switch: dict[str, Any] = (
             {"user": self.user.uid, "group": self.user.gid, "extra_groups": []} if self.user.switch else {})
         try:

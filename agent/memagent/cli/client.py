@@ -21,6 +21,7 @@ from memproto import (
     frame_bytes,
 )
 from memproto.client_side import (
+    CannotConnect,
     ConnectionLost,
     DaemonNotRunning,
     RequestFailed,
@@ -67,12 +68,12 @@ class Client:
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             self._sock.close()
             raise DaemonNotRunning(path) from None
-        except PermissionError:
+        except PermissionError:  # callers tell this one apart (the CLI reports it as a CannotConnect)
             self._sock.close()
             raise
         except OSError as exc:  # e.g. a path too long for AF_UNIX: one line for the user, not a traceback
             self._sock.close()
-            raise ConnectionLost(f"cannot connect to {path}: {exc.strerror or exc}") from None
+            raise CannotConnect(path, exc.strerror or str(exc)) from None
         try:
             check_server(self._sock, path)  # before a byte is sent: is it root's, ours?
         except BaseException:
@@ -94,12 +95,19 @@ class Client:
         self._sock.close()
 
     def send(self, frame: Frame) -> None:
-        self._sock.sendall(frame_bytes(encode(frame)))
+        try:
+            self._sock.sendall(frame_bytes(encode(frame)))
+        except (BrokenPipeError, ConnectionResetError):
+            raise ConnectionLost(f"the daemon at {self.path} closed the connection") from None
 
     def recv(self) -> Frame:
-        """The next frame from the daemon (blocking; honours the socket timeout)."""
+        """The next frame from the daemon (blocking; honours the socket timeout:
+        :class:`TimeoutError`)."""
         while not self._pending:
-            data = self._sock.recv(65536)
+            try:
+                data = self._sock.recv(65536)
+            except ConnectionResetError:
+                data = b""
             if not data:
                 raise ConnectionLost(f"the daemon at {self.path} closed the connection")
             self._pending.extend(decode_from_server(self._buffer.feed(data)))
@@ -108,7 +116,7 @@ class Client:
     def _handshake(self) -> Hello:
         try:
             self.send(client_hello(SOFTWARE))
-        except (BrokenPipeError, ConnectionResetError):
+        except ConnectionLost:
             pass  # a daemon that refuses us (busy) may close first: its reason is still to read
         frame = self.recv()
         if isinstance(frame, Error):

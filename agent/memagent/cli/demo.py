@@ -11,15 +11,19 @@ import sys
 import tempfile
 import time
 
+from memproto.text import printable
+
 from ..agent import Agent
 from ..config import AgentConfig
 from ..daemon import setup_logging
 from ..demo_fleet import Fleet, attach_fleet
+from ..errors import DaemonAlreadyRunning, SocketPathError
 from .render import format_table
 
 
 def run_demo_printing(socket: str | None, seconds: float | None) -> int:
-    """Run an agent with the fleet and print ``memagent ls`` every second."""
+    """Run an agent with the fleet and print ``memagent ls`` every second; 1 with one line
+    on stderr when the agent cannot listen on ``socket``."""
     setup_logging()
     path = socket or os.path.join(tempfile.mkdtemp(prefix="memagent-demo-"), "memagent.sock")
     agent = Agent(AgentConfig(socket=path, interval=0.5))
@@ -31,7 +35,12 @@ def run_demo_printing(socket: str | None, seconds: float | None) -> int:
             loop.add_signal_handler(sig, stop.set)
         ready = asyncio.Event()
         serving = asyncio.ensure_future(agent.run(stop, ready))
-        await ready.wait()
+        listening = asyncio.ensure_future(ready.wait())
+        await asyncio.wait({serving, listening}, return_when=asyncio.FIRST_COMPLETED)
+        if serving.done():  # it could not start: its error, not a wait for ever
+            listening.cancel()
+            serving.result()
+            return
         with Fleet() as fleet:
             for problem in await attach_fleet(fleet, agent.registry):
                 print(f"demo: {problem}", file=sys.stderr)
@@ -47,5 +56,12 @@ def run_demo_printing(socket: str | None, seconds: float | None) -> int:
             stop.set()
         await serving
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except DaemonAlreadyRunning as exc:
+        print(f"memagent: {exc}; not starting a demo there", file=sys.stderr)
+        return 1
+    except (SocketPathError, PermissionError) as exc:
+        print(f"memagent: cannot listen on {printable(path)}: {exc}", file=sys.stderr)
+        return 1
     return 0

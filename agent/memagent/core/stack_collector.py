@@ -184,8 +184,11 @@ class StackCollector:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         finally:
-            for task in list(self._tasks):
+            tasks = list(self._tasks)
+            for task in tasks:
                 task.cancel()
+            # Wait for them (each reaps its py-spy): nothing of ours outlives the loop.
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _dump(self, key: Key, priority: int) -> None:
         assert self._sem is not None

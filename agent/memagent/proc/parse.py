@@ -15,6 +15,7 @@ from typing import Final
 MAX_ARG_CHARS: Final = 1024
 MAX_CMDLINE_CHARS: Final = 8192
 _PF_KTHREAD: Final = 0x00200000
+_U64: Final = 1 << 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,13 @@ def parse_stat(data: bytes) -> Stat:
     comm = data[open_ + 1 : close].decode("utf-8", "replace")
     rest = data[close + 2 :].split()
     # rest[0] is field 3 (state); field N is rest[N - 3].
-    return Stat(comm, rest[0].decode(), int(rest[1]), int(rest[6]), int(rest[19]))
+    stat = Stat(comm, rest[0].decode(), int(rest[1]), int(rest[6]), int(rest[19]))
+    # The kernel prints these unsigned, starttime as a 64-bit count of clock ticks: a
+    # value outside that range is garbage, and a huge one would overflow the float of a
+    # start time above this package (OverflowError, not ValueError).
+    if not (0 <= stat.ppid < _U64 and 0 <= stat.flags < _U64 and 0 <= stat.starttime < _U64):
+        raise ValueError(f"stat field out of range: {data[:64]!r}")
+    return stat
 
 
 def parse_cmdline(data: bytes) -> list[str]:

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,47 @@ from memproto.records import StackDump, StackFrame, ThreadStack
 from memproto.vocabulary import StackState
 
 log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _bind_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, bound once, here: the child calls it between fork and exec, where
+    nothing may be imported or looked up. None without it (a Python built without ctypes,
+    a libc without ``prctl``): py-spy is then not tied to the agent's life, as before."""
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+_prctl = _bind_prctl()
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child killed when the agent dies, even by SIGKILL:
+    a root py-spy must not outlive the daemon that started it (it would keep reading a
+    process's memory for nobody). ``PR_SET_PDEATHSIG`` fires when the *thread* that
+    forked ends: asyncio forks in the event loop's thread, which lives as long as the
+    agent (the daemon's main thread; the embedded agent's own thread). The setting
+    survives ``exec`` (py-spy is not setuid). A parent gone before the ``prctl`` is
+    caught by its PID: the child then exits at once."""
+
+    prctl = _prctl
+    if prctl is None:
+        return None
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
 
 #: What the user can do about each state.
 ADVICE = {
@@ -112,7 +154,7 @@ async def dump(py_spy: str, pid: int, timeout: float, now: Callable[[], float], 
         proc = await asyncio.create_subprocess_exec(
             py_spy, "dump", "--pid", str(pid), "--nonblocking", "--json",
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env,
+            stderr=asyncio.subprocess.PIPE, env=env, preexec_fn=_die_with(os.getpid()),
         )
     except OSError as exc:
         return DumpResult(None, StackState.ERROR, f"cannot run py-spy: {exc.strerror}")
@@ -124,6 +166,13 @@ async def dump(py_spy: str, pid: int, timeout: float, now: Callable[[], float], 
         await proc.wait()
         log.warning("py-spy on %d hung for %g s: killed", pid, timeout)
         return DumpResult(None, StackState.TIMEOUT, ADVICE[StackState.TIMEOUT])
+    except asyncio.CancelledError:
+        # The agent stops mid-dump: reap py-spy before the loop closes, or its transport
+        # complains from a closed loop at exit.
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.shield(proc.wait())
+        raise
     if proc.returncode != 0:
         state, message = classify_failure(err.decode("utf-8", "replace"), pid_alive())
         return DumpResult(None, state, message)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TypeVar
 
@@ -35,14 +36,14 @@ from memproto.frames import (
     Unsubscribe,
 )
 from memproto.limits import MAX_FRAME_BYTES
-from memproto.records import DaemonStatus, Failure, ProcessInfo, Series
+from memproto.records import DaemonStatus, Failure, ProcessInfo, ProcessRef, Series
 from memproto.text import label_problem
 from memproto.vocabulary import ErrorCode, StackState
 
 from ..core.registry import Registry
 from ..core.stack_collector import StackCollector
 from ..core.watched import Watched
-from ..errors import AccessDenied, MemagentError, ProcessError
+from ..errors import AccessDenied, CannotRead, MemagentError, NoSuchProcess, ProcessError
 from .access import Access
 from .pacing import Pacer, Slice
 from .session import ClientSession
@@ -61,6 +62,15 @@ class InvalidPid(ProcessError):
 
     def __init__(self, pid: int) -> None:
         super().__init__(pid, f"invalid pid: {pid}")
+
+
+class NotWatched(ProcessError):
+    """``detach`` of a process that exists but that the caller sees no watched entry of."""
+
+    code = ErrorCode.NO_SUCH_PROCESS
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(pid, f"not watched: {pid}")
 
 
 async def _each_pid(pids: list[int], act: Callable[[int], list[T]], pace: Slice) -> tuple[list[T], list[Failure]]:
@@ -162,8 +172,19 @@ class Dispatcher:
 
     async def detach(self, session: ClientSession, req: Detach) -> DetachOk:
         may_watch = session.access.may_watch
-        detached, failed = await _each_pid(
-            req.pids, lambda pid: [w.ref() for w in self.registry.detach(pid, may_watch)], self.pacer.start())
+
+        def one(pid: int) -> list[ProcessRef]:
+            try:
+                return [w.ref() for w in self.registry.detach(pid, may_watch)]
+            except NoSuchProcess:
+                pass
+            # Nothing to detach: say which, "no such process" (no process has that PID) or
+            # "not watched" (one lives, watched by nobody, or by no one this caller may see).
+            with contextlib.suppress(AccessDenied, CannotRead):  # those say it exists
+                self.registry.procfs.stat(pid)  # NoSuchProcess(pid): "no such process: N"
+            raise NotWatched(pid)
+
+        detached, failed = await _each_pid(req.pids, one, self.pacer.start())
         if req.exited:
             detached.extend(w.ref() for w in self.registry.detach_exited(may_watch))
         return DetachOk(req.id, detached, failed)
@@ -212,7 +233,12 @@ class Dispatcher:
     async def history(self, session: ClientSession, req: History) -> bytes | Error:
         """Encoded series by series, between ticks (see :class:`memproto.ListFrameEncoder`):
         each process's values exist as Python ints only while its series is packed (1000 x
-        600 of them at once would cost the daemon ~20 MB)."""
+        600 of them at once would cost the daemon ~20 MB). ``seconds`` that is not a finite
+        number (msgpack carries ``inf`` and ``nan``) is the client's mistake: ``invalid``,
+        never a slot count that cannot be computed."""
+        if req.seconds is not None and not math.isfinite(req.seconds):
+            return Error(req.id, ErrorCode.INVALID,
+                         f"history.seconds: expected a finite number or nil, got {req.seconds}")
         wanted = set(req.pids)
         chosen = [w for w in self._visible(session) if not wanted or w.pid in wanted]
 

@@ -15,11 +15,21 @@ creates the file with the socket's mode, less the umask, which is also set to 01
 around ``bind``), its group with ``lchown``; nothing follows a link at the path. After
 ``bind`` the path must be a socket owned by us. A stale socket file of ours is replaced;
 a live daemon on the path is :class:`DaemonAlreadyRunning`; anything else is refused.
+
+The lock. A socket file can be deleted while its daemon runs; a second daemon would then
+bind a new one beside it. So a daemon first takes an exclusive ``flock`` on
+``<socket>.lock``, in the same checked directory, and holds it until it stops (the kernel
+drops it when the daemon dies, SIGKILL included): a second daemon on the path finds it
+held and refuses to start. The file is created without following links, mode 0600,
+close-on-exec (py-spy and the hook do not inherit it); one that is not a regular file of
+ours is refused. Nobody else can put one there first (the directory check), nor open
+ours to hold the lock (0600).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import socket
@@ -30,6 +40,8 @@ from ..errors import DaemonAlreadyRunning, SocketPathError
 log = logging.getLogger(__name__)
 
 SOCKET_MODE = 0o660
+#: The lock file: only its daemon may open it, so only its daemon may hold the lock.
+LOCK_MODE = 0o600
 #: A directory we create: only us, or (0755) anyone may reach the socket.
 PRIVATE_DIR_MODE = 0o700
 SHARED_DIR_MODE = 0o755
@@ -122,13 +134,76 @@ def prepare_path(path: str, dir_mode: int = PRIVATE_DIR_MODE) -> str:
     return real
 
 
+def _dir_mode(gid: int | None) -> int:
+    """The mode of a socket directory we create: shared for root's daemon or a socket group."""
+    return SHARED_DIR_MODE if os.geteuid() == 0 or gid is not None else PRIVATE_DIR_MODE
+
+
+class DaemonLock:
+    """The lock a daemon holds on ``<socket>.lock`` while it runs (see the module's doc)."""
+
+    def __init__(self, fd: int, path: str, inode: int) -> None:
+        self.fd = fd
+        self.path = path
+        self.inode = inode
+
+    def release(self) -> None:
+        """Remove the lock file (if still ours) while holding the lock, then let go: a
+        daemon that opened it meanwhile finds the path changed once it gets the lock and
+        starts over on a new file."""
+        if self.fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            if os.lstat(self.path).st_ino == self.inode:
+                os.unlink(self.path)
+        os.close(self.fd)
+        self.fd = -1
+
+
+def lock_daemon(path: str, gid: int | None) -> DaemonLock:
+    """Take the lock of the socket ``path`` (the directory checked, and made, as for the
+    socket); :class:`DaemonAlreadyRunning` while another daemon holds it,
+    :class:`SocketPathError` when the lock file is not ours to use."""
+    try:
+        directory = secure_directory(os.path.dirname(path) or ".", _dir_mode(gid))
+    except OSError as exc:
+        raise SocketPathError(f"cannot use {path}: {exc.strerror or exc}") from None
+    lock = os.path.join(directory, os.path.basename(path) + ".lock")
+    for _ in range(8):
+        try:  # O_NONBLOCK: a FIFO planted in a sticky directory must not hang the start
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, LOCK_MODE)
+        except OSError as exc:
+            raise SocketPathError(f"cannot open the lock file {lock}: {exc.strerror or exc}; not using it") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise SocketPathError(f"lock file {lock} is not a regular file of ours (owner {_owner(st.st_uid)}); "
+                                      "not using it")
+            if stat.S_IMODE(st.st_mode) != LOCK_MODE:
+                os.fchmod(fd, LOCK_MODE)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise DaemonAlreadyRunning(path) from None
+            with contextlib.suppress(FileNotFoundError):
+                if os.lstat(lock).st_ino == st.st_ino:
+                    return DaemonLock(fd, lock, st.st_ino)
+        except OSError as exc:
+            os.close(fd)
+            raise SocketPathError(f"cannot lock {lock}: {exc.strerror or exc}") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # its daemon stopped and removed it meanwhile: start over on the new one
+    raise SocketPathError(f"cannot lock {lock}: it keeps being replaced")
+
+
 def bind_socket(path: str, gid: int | None) -> tuple[socket.socket, int]:
     """A listening-ready socket bound at ``path`` (mode 0660, group ``gid``), and the
     inode of its file (so that only our own file is removed on the way out)."""
     euid = os.geteuid()
-    shared = euid == 0 or gid is not None
     try:
-        real = prepare_path(path, SHARED_DIR_MODE if shared else PRIVATE_DIR_MODE)
+        real = prepare_path(path, _dir_mode(gid))
     except OSError as exc:
         raise SocketPathError(f"cannot use {path}: {exc.strerror or exc}") from None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -34,7 +34,7 @@ from ..core.registry import Registry
 from ..core.watched import Watched
 from ..errors import MemagentError
 from .access import AccessPolicy, alert_for, own_pids, peer_credentials
-from .listen import bind_socket, remove_socket
+from .listen import DaemonLock, bind_socket, lock_daemon, remove_socket
 from .session import ClientSession
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ class Server:
         self.sessions: set[ClientSession] = set()
         self._server: asyncio.base_events.Server | None = None
         self._inode: int | None = None
+        self._lock: DaemonLock | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._dropped_by_gone = 0
 
@@ -79,7 +80,13 @@ class Server:
         return self._dropped_by_gone + sum(s.dropped for s in self.sessions)
 
     async def start(self) -> None:
-        sock, self._inode = bind_socket(self.path, self.socket_gid)
+        # The lock first: one daemon per path, even after its socket file was deleted.
+        self._lock = lock_daemon(self.path, self.socket_gid)
+        try:
+            sock, self._inode = bind_socket(self.path, self.socket_gid)
+        except BaseException:
+            self._lock.release()
+            raise
         self._server = await asyncio.start_unix_server(self._on_connect, sock=sock)
         log.info("listening on %s", self.path)
 
@@ -92,6 +99,8 @@ class Server:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         remove_socket(self.path, self._inode)
+        if self._lock is not None:
+            self._lock.release()
 
     # ------------------------------------------------------------------ sessions
 

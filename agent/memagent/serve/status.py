@@ -3,7 +3,9 @@ the headroom and the alerts, with other users' processes left out for a client t
 does not see everything (see :mod:`memagent.serve.access`).
 
 Built on request (``memagent status``, memtop every 2 s), never per tick: it reads
-/proc/meminfo once and walks the registry once for the client's own PIDs.
+/proc/meminfo once and walks the registry once for the client's own PIDs. A /proc/meminfo
+that cannot be read gives the last good reading and a line in ``faults``
+(:meth:`~memagent.proc.procfs.ProcFS.meminfo`): the status still answers.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class StatusReport:
             process_events=self.events.mode,
             process_events_note=self.events.note if self.events.overruns == 0 else
             f"{self.events.overruns} socket overruns: events lost (the /proc scan covers missed forks)",
+            faults=self.procfs.faults,
         )
 
 

@@ -30,6 +30,19 @@ class LinkState:
     #: Why we are disconnected, or what we are doing.
     message: str = "connecting…"
     paused: bool = False
+    #: Failed tries since the link was last up (0: none yet).
+    attempt: int = 0
+    #: A link was up before: the daemon went away (restart, crash) and is reconnected to.
+    lost: bool = False
+
+    def status(self) -> tuple[str, str]:
+        """What the header says while disconnected: the state, then the reason."""
+        tries = f" (attempt {self.attempt})" if self.attempt else ""
+        if self.lost:
+            return f"daemon lost — reconnecting{tries}…", self.message
+        if self.attempt:
+            return f"disconnected — retrying{tries}…", self.message
+        return "disconnected", self.message
 
 
 class MemHeader(Widget):
@@ -58,14 +71,15 @@ class MemHeader(Widget):
         return Group(*lines)
 
     def _status_line(self) -> Text:
+        """While disconnected: one line, the reason last and cut at the edge where it is too
+        long (wrapped, it would push the Σ peaks gauge off the header)."""
         link, snap = self.link, self.snapshot
-        text = Text("memtop ", style="bold")
+        text = Text("memtop ", style="bold", no_wrap=not link.connected, overflow="ellipsis")
         if link.connected:
             text.append("● ", style="green")
             text.append("embedded agent" if link.embedded else link.path)
         else:
-            text.append("● disconnected ", style="bold red")
-            text.append(link.message, style="red")
+            text.append(f"● {link.status()[0]}", style="bold red")
         if snap.interval:
             text.append(f"  every {snap.interval:g}s")
         text.append(f"  watched {len(snap.rows)}")
@@ -75,6 +89,8 @@ class MemHeader(Widget):
             text.append(f"  dropped {snap.dropped}", style="yellow")
         if link.paused:
             text.append("  PAUSED", style="bold yellow")
+        if not link.connected:
+            text.append(f"  {link.message}", style="red")
         return text
 
     def _gauge(self, label: str, value: int, total: int | None, warn: float, crit: float) -> Text:

@@ -1,0 +1,125 @@
+"""Argument rules the ``memagent`` commands share: a parser whose every error is one line
+(:class:`UsageError`, never argparse's usage block and exit), the options every client
+command takes before **or** after its name (``memagent --socket X ls`` is ``memagent ls
+--socket X``), and the types of a PID, a socket path and a duration.
+
+Where a global option is given on both sides of the command, the one after it wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from typing import NoReturn
+
+from memproto.text import printable
+
+#: Linux's PID_MAX_LIMIT: no PID is above it (and a bigger number does not fit the wire).
+PID_MAX = 4_194_304
+
+#: The options of every client command (``dest`` names), accepted before the command too.
+GLOBAL_OPTIONS = ("socket", "json")
+
+
+class UsageError(Exception):
+    """A bad command line: ``prog`` (``memagent attach``) and what is wrong, one line.
+    ``hint``: end the line with where the usage is (argparse's own errors)."""
+
+    def __init__(self, prog: str, message: str, hint: bool = False) -> None:
+        self.prog = prog
+        self.hint = hint
+        super().__init__(printable(message))
+
+    @property
+    def line(self) -> str:
+        return f"{self.prog}: {self}" + (f" (see: {self.prog} --help)" if self.hint else "")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` (and, through ``add_subparsers``, every subparser) that
+    raises :class:`UsageError` instead of printing the usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self.prog, message, hint=True)
+
+
+def pid_arg(value: str) -> int:
+    try:
+        pid = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a PID: {value!r}") from None
+    if not 0 < pid <= PID_MAX:
+        raise argparse.ArgumentTypeError(f"not a PID: {value!r} (1 to {PID_MAX})")
+    return pid
+
+
+def socket_arg(value: str) -> str:
+    if not value:
+        raise argparse.ArgumentTypeError("an empty path")
+    return value
+
+
+def seconds_arg(value: str) -> float:
+    """A finite duration above 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise argparse.ArgumentTypeError(f"not a finite number of seconds above 0: {value!r}")
+    return x
+
+
+SOCKET_HELP = "daemon socket (default: $MEMAGENT_SOCKET, then per user)"
+JSON_HELP = "print JSON on stdout, errors too ({\"error\": {...}}; see docs/cli.md)"
+
+
+def socket_parent() -> Parser:
+    """The parent of every command that talks to (or is) a daemon: ``--socket``."""
+    parent = Parser(add_help=False)
+    parent.add_argument("--socket", type=socket_arg, metavar="PATH", help=SOCKET_HELP)
+    return parent
+
+
+def json_parent() -> Parser:
+    """The parent of every client command: ``--json``."""
+    parent = Parser(add_help=False)
+    parent.add_argument("--json", action="store_true", help=JSON_HELP)
+    return parent
+
+
+def add_global_options(parser: argparse.ArgumentParser) -> None:
+    """The client commands' options on the top-level parser, under other ``dest`` names
+    (and no default) so that :func:`merge_global_options` knows where each was given."""
+    group = parser.add_argument_group("options of the client commands (before or after COMMAND)")
+    group.add_argument("--socket", dest="global_socket", type=socket_arg, metavar="PATH",
+                       default=argparse.SUPPRESS, help=SOCKET_HELP)
+    group.add_argument("--json", dest="global_json", action="store_true", default=argparse.SUPPRESS,
+                       help=JSON_HELP)
+
+
+def merge_global_options(args: argparse.Namespace, prog: str) -> None:
+    """Move the options given before the command to where the command reads them; a
+    :class:`UsageError` for one the command does not take (``memagent --json daemon``)."""
+    for name in GLOBAL_OPTIONS:
+        key = f"global_{name}"
+        if not hasattr(args, key):
+            continue
+        value = getattr(args, key)
+        delattr(args, key)
+        if not hasattr(args, name):
+            raise UsageError(f"{prog} {args.command}", f"--{name} is not an option of {args.command}", hint=True)
+        if getattr(args, name) in (None, False):  # given after the command: that one wins
+            setattr(args, name, value)
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for ``--json`` (an unambiguous prefix counts, as for
+    argparse): read before parsing, so that a usage error is JSON too."""
+    for token in argv:
+        if token == "--":
+            return False
+        if token.startswith("--j") and "--json".startswith(token):
+            return True
+    return False

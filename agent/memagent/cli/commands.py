@@ -1,0 +1,119 @@
+"""The client commands: each sends its requests through :class:`~.client.Client` and
+prints text for people (:mod:`.render`) or, with ``--json``, the wire records
+(:func:`memproto.schema.to_wire`). Errors are raised, and reported once by ``main``;
+per-PID failures are reported here (:func:`.report.results`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from memproto.client_side import CannotConnect
+from memproto.paths import socket_path
+from memproto.records import DaemonStatus
+from memproto.schema import to_wire
+from memproto.text import label_problem, printable
+from memproto.vocabulary import Severity, StackState
+
+from .args import UsageError
+from .client import Client
+from .render import format_stack, format_table, frame_text, human_bytes, process_json, status_lines
+from .report import EXIT_CRITICAL, EXIT_FAILED, EXIT_OK, EXIT_WARNING, print_json, results
+
+STATUS_EPILOG = (f"exit status (a health check): {EXIT_OK} no alert firing, {EXIT_WARNING} a warning alert is "
+                 f"firing, {EXIT_CRITICAL} a critical alert is firing (the most severe counts; with --json too); "
+                 "2 no daemon or a usage error, 1 another failure")
+
+
+def _connect(args: argparse.Namespace, timeout: float = 10.0) -> Client:
+    path = socket_path(args.socket)
+    try:
+        return Client(path, timeout=timeout)
+    except PermissionError as exc:  # the socket's mode or group keeps us out: one line, exit 2
+        raise CannotConnect(path, exc.strerror or str(exc)) from None
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    problem = None if args.label is None else label_problem(args.label)
+    if problem is not None:
+        raise UsageError("memagent attach", f"--label: {problem}")
+    with _connect(args) as c:
+        reply = c.attach(args.pids, args.label, args.children)
+    return results(args.json, "attached", [process_json(p) for p in reply.attached],
+                   [f"attached {p.pid} ({printable(p.label or p.name)})" for p in reply.attached], reply.failed)
+
+
+def cmd_detach(args: argparse.Namespace) -> int:
+    if not args.pids and not args.exited:
+        raise UsageError("memagent detach", "give PIDs or --exited")
+    with _connect(args) as c:
+        reply = c.detach(args.pids, args.exited)
+    return results(args.json, "detached", [{"pid": r.pid, "start_time": r.start_time} for r in reply.detached],
+                   [f"detached {r.pid}" for r in reply.detached], reply.failed)
+
+
+def cmd_reset_peaks(args: argparse.Namespace) -> int:
+    with _connect(args) as c:
+        reply = c.reset_peaks(args.pids, kernel=args.kernel)
+    return results(args.json, "reset", [process_json(p) for p in reply.reset],
+                   [f"peak of {p.pid} reset to {human_bytes(p.rss_peak_bytes)}"
+                    + ("" if p.rss_peak_exact else " (sampled until it passes the kernel's mark)")
+                    for p in reply.reset], reply.failed)
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    with _connect(args) as c:
+        processes = c.list()
+    if args.json:
+        print_json([process_json(p) for p in processes])
+    else:
+        print(format_table(processes))
+    return EXIT_OK
+
+
+def health(status: DaemonStatus) -> int:
+    """``memagent status``'s exit code: the most severe alert firing that this client sees."""
+    severities = {a.severity for a in status.alerts_active}
+    if Severity.CRITICAL in severities:
+        return EXIT_CRITICAL
+    if Severity.WARNING in severities:
+        return EXIT_WARNING
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _connect(args) as c:
+        status = c.status()
+    if args.json:
+        print_json(to_wire(status))
+    else:
+        print("\n".join(status_lines(status)))
+    return health(status)
+
+
+def cmd_stack(args: argparse.Namespace) -> int:
+    with _connect(args, timeout=30.0) as c:
+        reply = c.stack(args.pid, fresh=not args.cached)
+    status = EXIT_OK if reply.state in (StackState.OK, StackState.EXITED) or reply.latest else EXIT_FAILED
+    if args.json:
+        print_json({k: v for k, v in to_wire(reply).items() if k != "id"})
+        return status
+    print(f"{reply.pid}: stack state {reply.state}" + (f": {printable(reply.message)}" if reply.message else ""))
+    if reply.latest:
+        print("\n".join(format_stack(reply.latest, "latest stack")))
+    if reply.at_peak and reply.at_peak != reply.latest:
+        print("\n".join(format_stack(reply.at_peak, "stack at peak")))
+    if reply.by_line:
+        print("where memory grew (attributed to the next stack taken; correlation, not proof):")
+        for s in reply.by_line[:10]:
+            print(f"  {human_bytes(s.bytes):>10}  {s.samples:>4}x  {frame_text(s.function, s.filename, s.line)}")
+    return status
+
+
+COMMANDS = {
+    "attach": cmd_attach,
+    "detach": cmd_detach,
+    "reset-peaks": cmd_reset_peaks,
+    "ls": cmd_ls,
+    "status": cmd_status,
+    "stack": cmd_stack,
+}
