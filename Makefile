@@ -3,9 +3,16 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# .[dev] (the tests, lint, benchmarks; it includes .[tui]) and .[tui] (what memtop --demo runs
+# on): `make demo` on a fresh machine installs no dev tools.
 STAMP  := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+# `make bundle`: dist/memagent-VERSION-linux-ARCH-pyXY.tar.gz for $(PYTHON)'s version and this
+# machine (README, "On a box"); BUNDLE_FLAGS e.g. --python-version 3.10 --platform manylinux2014_aarch64.
+DIST   ?= dist
+BUNDLE_FLAGS ?=
 
-.PHONY: demo test bench lint clean venv
+.PHONY: demo test bench lint clean venv bundle
 
 venv: $(STAMP)
 
@@ -13,10 +20,19 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
-demo: $(STAMP)
+$(RUN_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[tui]'
+	touch $(RUN_STAMP)
+
+demo: $(RUN_STAMP)
 	$(BIN)/memtop --demo
+
+bundle:
+	$(PYTHON) packaging/build_bundle.py --out $(DIST) $(BUNDLE_FLAGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
@@ -25,8 +41,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol agent tui tests bench
+	$(BIN)/ruff check protocol agent tui tests bench packaging
 	$(BIN)/mypy
+	$(BIN)/mypy packaging/build_bundle.py packaging/wheel_closure.py
 	$(BIN)/lint-imports --no-cache
 
 clean:

@@ -133,7 +133,7 @@ def main(argv: list[str]) -> int:
         fleet.start()
         daemon = subprocess.Popen([sys.executable, "-m", "memagent.cli", "daemon", "--interval", "0.1", "--socket",
                                    sock, "--socket-group", TEST_USER, "--no-stacks"],
-                                  stderr=subprocess.DEVNULL, process_group=0)
+                                  stderr=subprocess.DEVNULL, preexec_fn=os.setpgrp)
         deadline = time.monotonic() + 15
         while not os.path.exists(sock) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -37,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from fleet import die_with_parent, proc_status_kb, stop_daemon
+from fleet import in_group, proc_status_kb, stop_daemon
 
 TARGET_MB = 30.0
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -163,7 +163,7 @@ def measure_one(pids: list[int], tmpdir: str, label: str, history: float, fill: 
             "--history", str(history), "--interval", str(interval)] + (["--fill"] if fill else [])
     err = open(os.path.join(tmpdir, f"rss-{history:g}-{int(fill)}.err"), "w+b")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE,
-                            process_group=0, preexec_fn=die_with_parent)
+                            preexec_fn=in_group())
     try:
         while True:
             stage = json.loads(_readline(proc, 60))

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 PYTHON_IDLE = "import time; time.sleep(1e6)"
 _PR_SET_PDEATHSIG = 1
@@ -27,6 +28,17 @@ _libc = ctypes.CDLL(None, use_errno=True)
 def die_with_parent() -> None:
     """In the child before exec: SIGKILL when the benchmark dies, even by SIGKILL."""
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def in_group(pgid: int = 0) -> Callable[[], None]:
+    """A ``preexec_fn``: join process group ``pgid`` (0: lead a new one), then
+    :func:`die_with_parent`. (Popen's ``process_group=`` is Python 3.11's; the floor is 3.10.)"""
+
+    def preexec() -> None:
+        os.setpgid(0, pgid)
+        die_with_parent()
+
+    return preexec
 
 
 class Fleet:
@@ -56,8 +68,7 @@ class Fleet:
             stderr=subprocess.DEVNULL,
             close_fds=True,
             # 0: lead a new group; later ones join the leader's group.
-            process_group=0 if self.pgid is None else self.pgid,
-            preexec_fn=die_with_parent,
+            preexec_fn=in_group(0 if self.pgid is None else self.pgid),
         )
         if self.pgid is None:
             self.pgid = p.pid

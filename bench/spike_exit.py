@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fleet import die_with_parent, stop_daemon
+from fleet import die_with_parent, in_group, stop_daemon
 
 HERE = Path(__file__).resolve().parent
 SPIKE = str(HERE.parent / "tests" / "spike_exit.py")
@@ -61,8 +61,8 @@ def run(args: argparse.Namespace) -> list[tuple[str, int, int | None, bool | Non
             env["PYTHONPATH"] = os.pathsep.join(f"{args.src}/{d}" for d in ("agent", "protocol"))
         cmd = [sys.executable, "-m", "memagent.cli", "daemon", "--socket", sock, "--interval", str(args.interval),
                "--no-gpu", "--no-stacks"] + (["--no-netlink"] if args.no_netlink else [])
-        daemon = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, process_group=0,
-                                  preexec_fn=die_with_parent)
+        daemon = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True,
+                                  preexec_fn=in_group())
         try:
             assert daemon.stderr is not None
             for line in daemon.stderr:

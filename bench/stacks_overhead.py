@@ -54,7 +54,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from fleet import die_with_parent  # noqa: E402
+from fleet import in_group  # noqa: E402
 from tick_regularity import memagent_argv  # noqa: E402
 
 CPU_ITERATIONS = 30_000_000
@@ -179,7 +179,7 @@ class Lines:
 
 
 def _spawn(argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, process_group=0, preexec_fn=die_with_parent, **kw)
+    return subprocess.Popen(argv, preexec_fn=in_group(), **kw)
 
 
 def _kill(p: subprocess.Popen[bytes] | None) -> None:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet import die_with_parent, proc_status_kb, stop_daemon
+from fleet import in_group, proc_status_kb, stop_daemon
 
 INTERVAL = 0.1
 SECONDS = 10.0
@@ -74,8 +74,8 @@ def measure(pids: list[int], seconds: float = SECONDS) -> TickResult:
     argv = [*memagent_argv(), "daemon", "--socket", sock, "--interval", str(INTERVAL), "--history", "600"]
     res.command = " ".join(argv)
     err = open(os.path.join(tmp, "daemon.err"), "w+b")
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, process_group=0,
-                            preexec_fn=die_with_parent)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                            preexec_fn=in_group())
     stop = threading.Event()
     reader: threading.Thread | None = None
     try:

@@ -15,7 +15,7 @@ import os
 import pwd
 import socket
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from .codec import UnknownFrameType, decode
@@ -127,14 +127,23 @@ class ClientError(Exception):
     code: str = ClientErrorCode.CONNECTION_LOST
 
 
+def either(paths: Sequence[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``: the paths a client tried, for one line."""
+    return paths[-1] if len(paths) < 2 else f"{', '.join(paths[:-1])} or {paths[-1]}"
+
+
 class DaemonNotRunning(ClientError):
-    """Nothing listens on the socket path."""
+    """Nothing listens on the socket path (``path``), or on any of the paths ``tried``
+    (:func:`~memproto.paths.socket_candidates`; ``path`` is then the first)."""
 
     code = ClientErrorCode.DAEMON_NOT_RUNNING
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, tried: Sequence[str] = ()) -> None:
         self.path = path
-        super().__init__(f"no memagent daemon at {path} (start one with: memagent daemon)")
+        self.tried: tuple[str, ...] = tuple(tried) or (path,)
+        #: "no memagent daemon at" what: the path, or every path tried.
+        self.where = either(self.tried)
+        super().__init__(f"no memagent daemon at {self.where} (start one with: memagent daemon)")
 
 
 class ConnectionLost(ClientError):
@@ -150,9 +159,44 @@ class CannotConnect(ConnectionLost):
 
     code = ClientErrorCode.CANNOT_CONNECT
 
-    def __init__(self, path: str, reason: str) -> None:
+    def __init__(self, path: str, reason: str, also: str = "") -> None:
         self.path = path
-        super().__init__(f"cannot connect to {path}: {reason}")
+        self.reason = reason
+        #: What the other paths tried said, if any (:func:`no_daemon`).
+        self.also = also
+        super().__init__(f"cannot connect to {path}: {reason}" + (f"; {also}" if also else ""))
+
+
+class DaemonTimeout(ClientError, TimeoutError):
+    """Something accepted the connection but did not answer in time. (A
+    :class:`TimeoutError` too, as the socket's own.)"""
+
+    code = ClientErrorCode.TIMEOUT
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"no answer in time from the daemon at {path}")
+
+
+#: Why a candidate path served no daemon: nothing there, or not for us.
+NoDaemonThere = DaemonNotRunning | CannotConnect
+
+
+def no_daemon(failures: Sequence[NoDaemonThere]) -> NoDaemonThere:
+    """The one error a client reports when none of the paths it tried answered (one
+    failure per path, in order), in one line that names them all: the failure itself for
+    one path; else a :class:`CannotConnect` when a path could not be connected to (the
+    first; the others follow it), else a :class:`DaemonNotRunning` over every path."""
+    if len(failures) == 1:
+        return failures[0]
+    refused = [f for f in failures if isinstance(f, CannotConnect)]
+    absent = [f.path for f in failures if isinstance(f, DaemonNotRunning)]
+    if not refused:
+        return DaemonNotRunning(absent[0], absent)
+    first = refused[0]
+    others = [f"cannot connect to {f.path}: {f.reason}" for f in refused[1:]]
+    others += [f"no memagent daemon at {either(absent)}"] if absent else []
+    return CannotConnect(first.path, first.reason, "; ".join(others))
 
 
 class RequestFailed(ClientError):

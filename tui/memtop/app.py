@@ -48,7 +48,7 @@ from memproto.frames import (
     StackStateChanged,
     StatusOk,
 )
-from memproto.paths import socket_path
+from memproto.paths import socket_candidates
 from memproto.records import Failure, ProcessInfo
 from memproto.vocabulary import StackState
 
@@ -125,7 +125,7 @@ class MemtopApp(App[None]):
         super().__init__()
         self.connect = connect
         self.model = FleetModel()
-        self._connector = Connector(socket_path(socket), self.post_message, allow_embedded=allow_embedded,
+        self._connector = Connector(socket_candidates(socket), self.post_message, allow_embedded=allow_embedded,
                                     embedded=embedded, demo=demo, embedded_interval=embedded_interval)
         self._ui_loop: asyncio.AbstractEventLoop | None = None
         self._stack_inflight: int | None = None

@@ -11,6 +11,8 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from memproto.paths import SYSTEM_SOCKET
+
 from . import __version__
 from .terminal import HANGUP_EXIT, NO_TERMINAL, TerminalWatch, has_terminal
 
@@ -19,13 +21,22 @@ if TYPE_CHECKING:
     from .link import EmbeddedMode
 
 
+def _path(value: str) -> str:
+    if not value:  # would mean "no --socket": say so instead
+        raise argparse.ArgumentTypeError("an empty path")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memtop", description="The peak memory offenders on this box, live.",
-        epilog="Without --embedded or --no-embedded: the daemon if its socket is there at start "
-               "(followed across its restarts), else an embedded agent.")
+        epilog=f"The daemon: --socket, else $MEMAGENT_SOCKET, else the first that answers of {SYSTEM_SOCKET} "
+               "and the per-user paths (as memagent's commands). Without --embedded or --no-embedded: that "
+               "daemon if a socket file of one is there at start (followed across its restarts), else an "
+               "embedded agent.")
     parser.add_argument("--version", action="version", version=f"memtop {__version__}")
-    parser.add_argument("--socket", metavar="PATH", help="daemon socket (same resolution as memagent)")
+    parser.add_argument("--socket", type=_path, metavar="PATH",
+                        help=f"daemon socket (default: $MEMAGENT_SOCKET, else {SYSTEM_SOCKET}, else per user)")
     agent = parser.add_mutually_exclusive_group()
     agent.add_argument("--embedded", action="store_true",
                        help="always run an agent of its own, even where a daemon runs")

@@ -7,12 +7,18 @@ not even the socket file is there), :class:`ConnectionLost` (and :class:`Untrust
 the socket is served by a UID we do not trust) and :class:`RequestFailed` (the daemon
 refused the hello).
 
+Which daemon: the first of its candidate paths that answers
+(:func:`memproto.paths.socket_candidates`, as for every client: ``--socket`` or
+``$MEMAGENT_SOCKET`` alone, else the system socket, then the user's), tried in order at
+each attempt until one answers; that one is then the only path, followed across the
+daemon's restarts.
+
 Which agent memtop talks to (:data:`EmbeddedMode`): ``"always"`` its own embedded agent
 (``--embedded``, ``--demo``); ``"never"`` only a daemon (``--no-embedded``); ``"auto"``
-(the default) the daemon when its socket is there at start, else an embedded agent. The
-choice is made once: a daemon that goes away (restart, crash) is reconnected to, with
-backoff (:data:`BACKOFF_FIRST` doubling to :data:`BACKOFF_MAX`), never replaced by an
-embedded agent.
+(the default) a daemon when a candidate's socket file is there at start, else an embedded
+agent. The choice is made once: a daemon that goes away (restart, crash) is reconnected
+to, with backoff (:data:`BACKOFF_FIRST` doubling to :data:`BACKOFF_MAX`), never replaced
+by an embedded agent or by a daemon on another path.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import asyncio
 import contextlib
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from textual.message import Message
@@ -33,14 +39,17 @@ from memproto import (
     frame_bytes,
 )
 from memproto.client_side import (
+    CannotConnect,
     ClientError,
     ConnectionLost,
     DaemonNotRunning,
+    NoDaemonThere,
     RequestFailed,
     check_server,
     check_server_hello,
     client_hello,
     decode_from_server,
+    no_daemon,
 )
 from memproto.frames import Error, Frame, Hello, History, ListProcesses, Status, Subscribe
 
@@ -79,6 +88,10 @@ class DaemonLink:
             raise NoDaemonSocket(self.path) from None
         except ConnectionRefusedError:
             raise DaemonNotRunning(self.path) from None
+        except TimeoutError:
+            raise
+        except OSError as exc:  # its mode or group keeps us out, a path too long: as the CLI's
+            raise CannotConnect(self.path, exc.strerror or str(exc)) from None
         self._writer = writer
         # Before a byte is sent: a daemon of root, of ours or of $MEMAGENT_DAEMON_UID, else
         # UntrustedDaemon (the connector shows it and retries; no embedded agent for it).
@@ -118,9 +131,12 @@ class Connector:
     the link drops. It only posts messages (:mod:`memtop.messages`); the app sends its
     requests on :attr:`link`."""
 
-    def __init__(self, path: str, post: Callable[[Message], object], *, allow_embedded: bool = True,
-                 embedded: EmbeddedMode = "auto", demo: bool = False, embedded_interval: float = 0.5) -> None:
-        self.path = path
+    def __init__(self, paths: str | Sequence[str], post: Callable[[Message], object], *,
+                 allow_embedded: bool = True, embedded: EmbeddedMode = "auto", demo: bool = False,
+                 embedded_interval: float = 0.5) -> None:
+        #: The daemon's candidate paths, in order (one path: that one alone); once one
+        #: answered, that one only.
+        self.candidates: tuple[str, ...] = (paths,) if isinstance(paths, str) else tuple(paths)
         self.post = post
         #: "always" once an embedded agent is chosen; "auto" only until the first try.
         self.mode: EmbeddedMode = "always" if demo else embedded if allow_embedded else "never"
@@ -134,6 +150,11 @@ class Connector:
         self.ever_connected = False
         self._lock = threading.Lock()  # stop() may come from another thread (terminal lost)
         self._closed = False
+
+    @property
+    def path(self) -> str:
+        """The daemon's path: the one chosen, or the first candidate until one answers."""
+        return self.candidates[0]
 
     async def run(self) -> None:
         attempt, backoff = 0, BACKOFF_FIRST
@@ -160,23 +181,23 @@ class Connector:
             if self.embedded is None:
                 return "memtop is stopping"
         embedded = self.embedded
-        path = str(embedded.socket) if embedded is not None else self.path
-        link = DaemonLink(path)
         try:
-            await link.open()
+            opened = await self._open_first((str(embedded.socket),) if embedded is not None else self.candidates)
         except (OSError, ClientError, ProtocolError, asyncio.TimeoutError) as exc:
-            link.close()
-            if isinstance(exc, NoDaemonSocket) and first and self.mode == "auto":
+            return str(exc) or type(exc).__name__
+        if not isinstance(opened, DaemonLink):
+            if first and self.mode == "auto" and all(isinstance(f, NoDaemonSocket) for f in opened):
                 self.mode = "always"  # no daemon at start: an agent of our own, for good
                 return await self._connect_once(first=False)
-            if isinstance(exc, DaemonNotRunning):  # a socket nobody answers on: (re)starting
-                return f"no memagent daemon at {exc.path}"
-            return str(exc) or type(exc).__name__
-        except asyncio.CancelledError:
-            link.close()
-            raise
+            why = no_daemon(opened)
+            if isinstance(why, DaemonNotRunning):  # a socket nobody answers on: (re)starting
+                return f"no memagent daemon at {why.where}"
+            return str(why)
+        link = opened
+        if embedded is None:
+            self.candidates = (link.path,)  # this daemon, from now on: followed, never replaced
         self.link, self.ever_connected = link, True
-        self.post(LinkUp(path, embedded is not None))
+        self.post(LinkUp(link.path, embedded is not None))
         try:
             reason = await self._serve(link)
         finally:
@@ -184,6 +205,26 @@ class Connector:
             link.close()
         self.post(LinkDown(reason, 0.0, 0, lost=True))
         return None
+
+    @staticmethod
+    async def _open_first(paths: Sequence[str]) -> DaemonLink | list[NoDaemonThere]:
+        """A link to the first of ``paths`` that answers, else why each did not (nothing
+        there, nobody listening, not for us). A daemon that answers but is refused or
+        refuses us ends the walk: its error is raised, never hidden behind the next path."""
+        failures: list[NoDaemonThere] = []
+        for path in paths:
+            link = DaemonLink(path)
+            try:
+                await link.open()
+            except (DaemonNotRunning, CannotConnect) as exc:
+                link.close()
+                failures.append(exc)
+                continue
+            except BaseException:
+                link.close()
+                raise
+            return link
+        return failures
 
     def stop(self) -> None:
         """Stop the embedded agent and its demo fleet, if one was started. From any thread;

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import NoReturn
 
+from memproto.paths import SYSTEM_SOCKET
 from memproto.text import printable
 
 #: Linux's PID_MAX_LIMIT: no PID is above it (and a bigger number does not fit the wire).
@@ -71,7 +72,7 @@ def seconds_arg(value: str) -> float:
     return x
 
 
-SOCKET_HELP = "daemon socket (default: $MEMAGENT_SOCKET, then per user)"
+SOCKET_HELP = f"daemon socket (default: $MEMAGENT_SOCKET, else {SYSTEM_SOCKET}, else per user; docs/cli.md)"
 JSON_HELP = "print JSON on stdout, errors too ({\"error\": {...}}; see docs/cli.md)"
 
 

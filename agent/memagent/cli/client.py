@@ -3,6 +3,10 @@
 It handshakes, sends requests with increasing ids and waits for the reply with the same
 id; events that arrive meanwhile are kept for :meth:`Client.events`. It raises the
 client errors of :mod:`memproto.client_side`, the same ones memtop's link raises.
+
+:func:`connect` finds the daemon as every client does: the first of
+:func:`memproto.paths.socket_candidates` that answers; when none does, one error naming
+every path tried.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import builtins
 import itertools
 import socket
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
 from memproto import (
@@ -24,11 +28,14 @@ from memproto.client_side import (
     CannotConnect,
     ConnectionLost,
     DaemonNotRunning,
+    DaemonTimeout,
+    NoDaemonThere,
     RequestFailed,
     check_server,
     check_server_hello,
     client_hello,
     decode_from_server,
+    no_daemon,
 )
 from memproto.frames import (
     Ack,
@@ -51,11 +58,35 @@ from memproto.frames import (
     StatusOk,
     Subscribe,
 )
+from memproto.paths import socket_candidates
 from memproto.records import DaemonStatus, ProcessInfo
 
 from .. import SOFTWARE
 
 R = TypeVar("R", bound=Frame)
+
+
+def connect(explicit: str | None = None, timeout: float | None = 10.0,
+            candidates: Sequence[str] | None = None) -> Client:
+    """A :class:`Client` of the first daemon that answers among ``candidates`` (by default
+    :func:`~memproto.paths.socket_candidates` of ``explicit``: ``--socket`` or
+    ``$MEMAGENT_SOCKET`` alone, else the system socket, then the per-user paths).
+
+    A path with nothing there, no listener, or a socket we may not connect to (its mode or
+    group) is passed over; when every path is, :func:`~memproto.client_side.no_daemon`
+    names them all (:class:`DaemonNotRunning` or :class:`CannotConnect`). A daemon that
+    answers but is refused (:class:`~memproto.client_side.UntrustedDaemon`), refuses us,
+    or does not answer in time ends the search: its error is raised, never hidden behind
+    the next path."""
+    failures: list[NoDaemonThere] = []
+    for path in candidates or socket_candidates(explicit):
+        try:
+            return Client(path, timeout=timeout)
+        except (DaemonNotRunning, CannotConnect) as exc:
+            failures.append(exc)
+        except PermissionError as exc:
+            failures.append(CannotConnect(path, exc.strerror or str(exc)))
+    raise no_daemon(failures)
 
 
 class Client:
@@ -99,15 +130,19 @@ class Client:
             self._sock.sendall(frame_bytes(encode(frame)))
         except (BrokenPipeError, ConnectionResetError):
             raise ConnectionLost(f"the daemon at {self.path} closed the connection") from None
+        except TimeoutError:
+            raise DaemonTimeout(self.path) from None
 
     def recv(self) -> Frame:
         """The next frame from the daemon (blocking; honours the socket timeout:
-        :class:`TimeoutError`)."""
+        :class:`~memproto.client_side.DaemonTimeout`, a :class:`TimeoutError`)."""
         while not self._pending:
             try:
                 data = self._sock.recv(65536)
             except ConnectionResetError:
                 data = b""
+            except TimeoutError:
+                raise DaemonTimeout(self.path) from None
             if not data:
                 raise ConnectionLost(f"the daemon at {self.path} closed the connection")
             self._pending.extend(decode_from_server(self._buffer.feed(data)))

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import argparse
 
-from memproto.client_side import CannotConnect
-from memproto.paths import socket_path
 from memproto.records import DaemonStatus
 from memproto.schema import to_wire
 from memproto.text import label_problem, printable
 from memproto.vocabulary import Severity, StackState
 
 from .args import UsageError
-from .client import Client
+from .client import Client, connect
 from .render import format_stack, format_table, frame_text, human_bytes, process_json, status_lines
 from .report import EXIT_CRITICAL, EXIT_FAILED, EXIT_OK, EXIT_WARNING, print_json, results
 
@@ -25,11 +23,9 @@ STATUS_EPILOG = (f"exit status (a health check): {EXIT_OK} no alert firing, {EXI
 
 
 def _connect(args: argparse.Namespace, timeout: float = 10.0) -> Client:
-    path = socket_path(args.socket)
-    try:
-        return Client(path, timeout=timeout)
-    except PermissionError as exc:  # the socket's mode or group keeps us out: one line, exit 2
-        raise CannotConnect(path, exc.strerror or str(exc)) from None
+    """The first daemon that answers (``--socket``, ``$MEMAGENT_SOCKET``, the system
+    socket, the user's); none: one line naming every path tried, exit 2."""
+    return connect(args.socket, timeout=timeout)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:

@@ -39,6 +39,8 @@ from .args import (
 from .args import pid_arg as _pid
 from .commands import COMMANDS as CLIENT_COMMANDS
 from .commands import STATUS_EPILOG
+from .install_service import COMMANDS as INSTALL_COMMANDS
+from .install_service import add_parsers as add_install_parsers
 from .report import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -130,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", parents=[common], help="run a demo fleet under an agent, print ls each second")
     demo.add_argument("--seconds", type=seconds_arg, default=None, help="stop after this long")
+    add_install_parsers(sub)  # install-service, completion
     return parser
 
 
@@ -173,6 +176,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **CLIENT_COMMANDS,
     "check-config": cmd_check_config,
     "demo": cmd_demo,
+    **INSTALL_COMMANDS,
 }
 
 
