@@ -225,3 +225,15 @@ def test_sharing_keys_of_two_real_processes_mapping_one_shm_file(tmp_path: Path)
     finally:
         os.close(fd)
         os.unlink(path)
+
+
+async def test_a_pool_attached_at_once_is_read_about_twice_not_once_per_batch(box: Box) -> None:
+    """100 siblings (a pool of workers): first reads come before re-reads, so each process
+    is read once, then re-read once for the newcomers: about 2n reads, not n²/batch."""
+    pool = range(5001, 5101)
+    for pid in pool:
+        box.start(pid, 100 * MiB, 60 * MiB, ppid=4100)
+    for _ in range(4):
+        await box.tick()
+    assert all(box.excess(pid) == 40 * MiB for pid in pool)
+    assert len(pool) <= box.engine.sharing.reads <= 2 * len(pool) + 32

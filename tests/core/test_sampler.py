@@ -228,3 +228,37 @@ async def test_the_ticker_stats() -> None:
     if stats.overruns == 0:  # then tick n's deadline is the n-th after the first tick
         lateness = max(t - times[0] - n * interval for n, t in enumerate(times))
         assert stats.max_lateness == pytest.approx(lateness, abs=2e-4)
+
+
+def test_an_idle_process_is_read_less_often_at_short_intervals_and_a_change_shows_within_idle_read(
+    proc_tree: ProcTree, registry: Registry
+) -> None:
+    """At 10 Hz, a process unchanged for IDLE_AFTER_S is read every IDLE_READ_S: its statm
+    pread happens on a fifth of the ticks (checked by changing statm behind the agent's back
+    and seeing when a read notices); the first change after that shows within IDLE_READ_S,
+    and from then on every tick."""
+    from memagent.core.sampler import IDLE_AFTER_S, IDLE_READ_S
+
+    (w,) = registry.attach(TRAINER, now=100.0)
+    sampler = Sampler(registry, interval=0.1, status_refresh=10.0)
+    idle_every, idle_after = round(IDLE_READ_S / 0.1), round(IDLE_AFTER_S / 0.1)
+    assert (sampler.idle_every, sampler.idle_after) == (idle_every, idle_after)
+    tick = 0
+
+    def run(n: int) -> list[int]:
+        nonlocal tick
+        seen = []
+        for _ in range(n):
+            tick += 1
+            sampler.sample(100.0 + tick * 0.1)
+            if sampler.changed:
+                seen.append(tick)
+        return seen
+
+    run(1 + idle_after)  # the first read, then idle_after unchanged ones: idle now
+    proc_tree.set_memory(TRAINER, 700 * MiB)
+    assert run(1) == [] and w.rss != 700 * MiB  # not read at this tick
+    first = run(idle_every - 1)
+    assert len(first) == 1 and w.rss == 700 * MiB  # noticed within IDLE_READ_S
+    proc_tree.set_memory(TRAINER, 710 * MiB)
+    assert run(1) == [tick]  # active again: read at the very next tick

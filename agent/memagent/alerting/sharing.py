@@ -42,6 +42,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -92,6 +93,11 @@ class SharingTracker:
         self.registry = registry
         self.config = config
         self._shares: dict[tuple[int, int], _Share] = {}
+        # Who relates to whom, so that finding a process's partners does not walk every
+        # process (1000 processes attached at once would make that a million steps).
+        self._by_pid: dict[int, _Share] = {}
+        self._children: dict[int, set[_Share]] = defaultdict(set)
+        self._by_key: dict[SharingKey, set[_Share]] = defaultdict(set)
         self._version = -1
         self._task: asyncio.Task[None] | None = None
         self._next_batch = 0.0
@@ -111,10 +117,9 @@ class SharingTracker:
 
     def touch(self, pid: int) -> None:
         """A watched process forked or ran a new program: it and its partners, now."""
-        for s in self._shares.values():
-            if s.w.pid == pid and s.w.alive:
-                self._due_now([s, *self._partners(s)], self._now)
-                return
+        s = self._by_pid.get(pid)
+        if s is not None and s.w.alive:
+            self._due_now([s, *self._partners(s)], self._now)
 
     def on_tick(self, now: float, moved: Iterable[Watched]) -> None:
         """After the sampler: membership changes, memory that moved; then a batch if due."""
@@ -161,18 +166,43 @@ class SharingTracker:
         for key in self._shares.keys() - alive.keys():
             gone = self._shares.pop(key)
             self._due_now(self._partners(gone), now)
+            self._relate(gone, None, frozenset())
+            if self._by_pid.get(gone.w.pid) is gone:
+                del self._by_pid[gone.w.pid]
         for key, w in alive.items():
             if key not in self._shares:
-                self._shares[key] = _Share(w)
+                self._shares[key] = self._by_pid[w.pid] = _Share(w)
                 self._next_due = 0.0
+
+    def _relate(self, s: _Share, ppid: int | None, keys: frozenset[SharingKey]) -> None:
+        """Set ``s``'s parent and sharing keys, in the indexes too (``None``, empty: out)."""
+        if s.ppid is not None:
+            self._children[s.ppid].discard(s)
+            if not self._children[s.ppid]:
+                del self._children[s.ppid]
+        for k in s.keys - keys:
+            self._by_key[k].discard(s)
+            if not self._by_key[k]:
+                del self._by_key[k]
+        s.ppid, s.keys = ppid, keys
+        if ppid is not None:
+            self._children[ppid].add(s)
+        for k in keys:
+            self._by_key[k].add(s)
 
     def _partners(self, s: _Share) -> list[_Share]:
         """The processes whose excess moves when ``s``'s sharing does."""
-        pid, ppid, keys = s.w.pid, s.ppid, s.keys
-        sibling_parent = ppid if ppid is not None and ppid > 1 else None
-        return [o for o in self._shares.values() if o is not s and (
-            o.ppid == pid or o.w.pid == ppid or (sibling_parent is not None and o.ppid == sibling_parent)
-            or (keys and not keys.isdisjoint(o.keys)))]
+        found: set[_Share] = set(self._children.get(s.w.pid, ()))
+        if s.ppid is not None:
+            parent = self._by_pid.get(s.ppid)
+            if parent is not None:
+                found.add(parent)
+            if s.ppid > 1:  # siblings; the orphans adopted by init share nothing for it
+                found |= self._children.get(s.ppid, set())
+        for k in s.keys:
+            found |= self._by_key.get(k, set())
+        found.discard(s)
+        return list(found)
 
     def _due_now(self, shares: Iterable[_Share], now: float) -> None:
         for s in shares:
@@ -185,7 +215,10 @@ class SharingTracker:
     def _schedule(self, now: float) -> None:
         if (self._task is not None and not self._task.done()) or now < self._next_batch or now < self._next_due:
             return
-        due = sorted((s for s in self._shares.values() if s.due <= now), key=lambda s: s.due)[:BATCH_MAX]
+        # First reads before re-reads: when many processes arrive at once (a pool of workers),
+        # their partners are re-read once after all of them, not once per batch.
+        due = sorted((s for s in self._shares.values() if s.due <= now),
+                     key=lambda s: (s.read_at != -math.inf, s.due))[:BATCH_MAX]
         if not due:
             self._next_due = min((s.due for s in self._shares.values()), default=math.inf)
             return
@@ -224,7 +257,9 @@ class SharingTracker:
         self._baseline = None
         keys = s.keys if facts.keys is None else facts.keys
         relations_changed = facts.ppid != s.ppid or keys != s.keys
-        s.read_at, s.ppid, s.keys, s.basis = read_at, facts.ppid, keys, w.rss - w.anon
+        if relations_changed:
+            self._relate(s, facts.ppid, keys)
+        s.read_at, s.basis = read_at, w.rss - w.anon
         s.keys_stale = s.keys_stale and facts.keys is None
         if relations_changed or abs(w.shared - old) >= EXCESS_MOVE:
             self._due_now([o for o in self._partners(s) if o.read_at < read_at], now)

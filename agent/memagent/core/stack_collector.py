@@ -16,9 +16,10 @@ import logging
 import time
 from collections.abc import Callable, Collection
 
-from memproto.vocabulary import StackState
+from memproto.vocabulary import StackState, StackTrigger
 
 from ..config import StackConfig
+from ..errors import MemagentError
 from ..proc import pyspy
 from ..proc.pyspy import ADVICE, find_py_spy
 from .process_stacks import (
@@ -208,6 +209,9 @@ class StackCollector:
 
     async def _run_py_spy(self, w: Watched, trigger: str) -> None:
         assert self.py_spy is not None
+        if trigger != StackTrigger.DEMAND and not self._looks_like_python(w):
+            self._set_state(w, StackState.NOT_PYTHON, ADVICE[StackState.NOT_PYTHON])
+            return
         result = await pyspy.dump(self.py_spy, w.pid, self.config.timeout, time.time, trigger, w.rss, w.vram,
                                   lambda: w.alive and w.handle.alive())
         if result.dump is None:
@@ -215,6 +219,15 @@ class StackCollector:
             return
         self.of(w).record(with_attribution(result.dump))
         self._set_state(w, StackState.OK, None)
+
+    @staticmethod
+    def _looks_like_python(w: Watched) -> bool:
+        """No interpreter in its maps: no py-spy run for the automatic triggers (see
+        :func:`memagent.proc.pyspy.maps_show_python`); unreadable: let py-spy say why."""
+        try:
+            return pyspy.maps_show_python(w.handle.maps())
+        except MemagentError:
+            return True
 
     def peak_text(self, w: Watched) -> str | None:
         """The stack closest to ``w``'s peak, as text (for an oom-kill alert)."""

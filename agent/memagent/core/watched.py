@@ -73,10 +73,12 @@ class Watched:
         "last_statm",
         "memory_reader",
         "name",
+        "next_read",
         "oom_count",
         "peak_since",
         "pid",
         "pre_exec",
+        "quiet",
         "row",
         "rss",
         "sampled_max",
@@ -134,6 +136,10 @@ class Watched:
         self.peak_since = start_time
         self.last_statm = b""
         self.status_due = 0
+        #: Ticks its statm has not changed, and the tick it is read next when idle (see
+        #: memagent.core.sampler.IDLE_READ_S; 0: every tick).
+        self.quiet = 0
+        self.next_read = 0
         self.follow_children = False
         #: The rights of the client that asked to follow children: later children are
         #: attached only if that client could have attached them itself.

@@ -338,6 +338,11 @@ class ProcessHandle:
             return sharing_facts(self._read_at("smaps_rollup"), self._read_all("maps") if keys else None,
                                  self._read_at("stat"))
 
+    def maps(self) -> bytes:
+        """``/proc/PID/maps``, whole. NoSuchProcess, AccessDenied or CannotRead."""
+        with read_boundary(self.pid):
+            return self._read_all("maps")
+
     def _read_all(self, name: str) -> bytes:
         """A file of any length (``maps`` of a large process is hundreds of KiB)."""
         fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._dir)

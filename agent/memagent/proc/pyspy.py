@@ -91,6 +91,19 @@ def find_py_spy(explicit: str | None = None) -> str | None:
     return beside if os.access(beside, os.X_OK) else None
 
 
+def maps_show_python(maps: bytes) -> bool:
+    """Whether a ``/proc/PID/maps`` text maps a Python interpreter (``python3.11``,
+    ``libpython3.11.so``, a venv's ``python``): what py-spy looks for first. A
+    ``False`` spares a py-spy run (a process start, ~ms of the daemon's CPU) on the
+    ``sleep``s and shells of a watched tree; an interpreter linked statically into
+    another program (uwsgi) is missed here, and found by an explicit ``stack`` request."""
+    for line in maps.splitlines():
+        slash = line.rfind(b"/")
+        if slash >= 0 and line[slash + 1:].startswith((b"python", b"libpython")):
+            return True
+    return False
+
+
 def classify_failure(stderr: str, pid_alive: bool) -> tuple[str, str]:
     """A failed dump's state and a one-line message, from py-spy's stderr."""
     text = stderr.strip()
