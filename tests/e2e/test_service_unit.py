@@ -143,7 +143,10 @@ def _daemon_argv(config: str, sock: str, group: str) -> list[str]:
     return out
 
 
-def _sandboxed(argv: list[str], group_gid: int) -> list[str]:
+def _sandboxed(argv: list[str], group_gid: int, spare: Path) -> list[str]:
+    """``argv`` under the unit's limits. ``spare``: an empty directory outside /tmp, where
+    the real /tmp stays reachable when this checkout (and its venv) lives under /tmp, as
+    a CI clone may: the unit's PrivateTmp would hide the daemon's own code."""
     caps = ",".join(f"+{c.lower().removeprefix('cap_')}" for c in SERVICE["CapabilityBoundingSet"][0].split())
     allow = [f for f in SERVICE["SystemCallFilter"] if not f.startswith("~")]
     deny = [f.removeprefix("~") for f in SERVICE["SystemCallFilter"] if f.startswith("~")]
@@ -158,8 +161,13 @@ def _sandboxed(argv: list[str], group_gid: int) -> list[str]:
     setpriv = ["setpriv", "--no-new-privs", "--inh-caps=-all", f"--bounding-set=-all,{caps}",
                f"--groups={group_gid}", "--", *seccomp]
     assert SERVICE["PrivateTmp"] == ["yes"]
+    private_tmp = "mount -t tmpfs tmpfs /tmp"
+    if ROOT.is_relative_to("/tmp"):
+        inside = ROOT.relative_to("/tmp")
+        private_tmp = (f'mount --bind /tmp "{spare}" && {private_tmp} && mkdir -p "/tmp/{inside}" '
+                       f'&& mount --bind "{spare}/{inside}" "/tmp/{inside}"')
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            'mount -t tmpfs tmpfs /tmp && exec "$@"', "sh", *setpriv]
+            f'{private_tmp} && exec "$@"', "sh", *setpriv]
 
 
 @pytest.fixture
@@ -220,7 +228,9 @@ def test_the_daemon_does_its_work_within_the_units_limits(
     notify.settimeout(30)
     reader = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
     sock = str(run_dir / "memagent.sock")
-    argv = _sandboxed(_daemon_argv(str(config), sock, str(group)), group)
+    spare = run_dir / "real-tmp"
+    spare.mkdir()
+    argv = _sandboxed(_daemon_argv(str(config), sock, str(group)), group, spare)
     daemon = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "NOTIFY_SOCKET": str(run_dir / "notify")})
     hook_pid = None
