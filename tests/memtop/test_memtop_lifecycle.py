@@ -154,6 +154,14 @@ def test_version_is_the_package_version() -> None:
     assert r.stdout.split() == ["memtop", ours.stdout.split()[1]]
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "abc", "1e9"])
+def test_a_bad_interval_is_a_one_line_usage_error(value: str) -> None:
+    """The embedded agent's interval: the daemon's range, refused before any screen opens."""
+    r = memtop_cli("--interval", value)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("memtop: error: argument --interval:")
+
+
 @pytest.mark.parametrize("args", [(), ("--demo",)], ids=["embedded", "demo"])
 def test_quits_on_q_without_a_traceback(pty_memtop: Callable[..., PtyMemtop], tmp_path: Path,
                                         args: tuple[str, ...]) -> None:

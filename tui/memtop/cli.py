@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,18 @@ if TYPE_CHECKING:
     from .app import MemtopApp
     from .link import EmbeddedMode
 
+
+
+def _interval(text: str) -> float:
+    """The embedded agent's interval: the daemon's range (memagent.config_schema) for the
+    same key; checked here, so a bad value is a usage error before the screen opens."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or not 0.01 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"not 0.01 to 60 seconds: {text!r}")
+    return value
 
 def _path(value: str) -> str:
     if not value:  # would mean "no --socket": say so instead
@@ -43,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--no-embedded", action="store_true",
                        help="never start an embedded agent; wait for a daemon instead")
     parser.add_argument("--demo", action="store_true", help="start a demo fleet under an embedded agent")
-    parser.add_argument("--interval", type=float, default=0.5, help="embedded agent's sample interval (0.5)")
+    parser.add_argument("--interval", type=_interval, default=0.5,
+                        help="embedded agent's sample interval, 0.01 to 60 seconds (0.5)")
     return parser
 
 
