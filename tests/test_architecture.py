@@ -25,6 +25,8 @@ ALLOWED = {
     ("serve/listen.py", "os.stat"): "the daemon's own socket file and its directories",
     ("serve/listen.py", "os.lstat"): "the daemon's own socket file and its directories",
     ("serve/listen.py", "os.open"): "the daemon's lock file beside its socket (one daemon per path)",
+    ("serve/state.py", "os.open"): "the daemon's state directory and its state file (kept across restarts)",
+    ("serve/state.py", "os.lstat"): "the state directory's check (not a symbolic link) before it is opened",
 }
 
 

@@ -28,6 +28,7 @@ from .core.autoattach import Scanner
 from .core.gpu import GpuSampler
 from .core.process_events import ProcessEvents
 from .core.registry import Registry
+from .core.restore import restore
 from .core.sampler import Sampler, Ticker
 from .core.stack_collector import StackCollector
 from .errors import ConfigError
@@ -37,6 +38,7 @@ from .serve.access import AccessPolicy, resolve_group
 from .serve.dispatch import Dispatcher
 from .serve.pacing import Pacer
 from .serve.server import Server
+from .serve.state import StateDir, StateKeeper
 from .serve.status import StatusReport
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,8 @@ class Agent:
                                    self.gpu, self.stacks, self.alerts, self.process_events)
         #: Hook runners replaced by a reload, finishing what they had started.
         self._retiring: set[asyncio.Task[None]] = set()
+        #: The state kept across restarts (docs/service.md); ConfigError: a directory not to trust.
+        self.state = StateDir(config.state_dir) if config.state_dir else None
 
     def on_tick(self, now: float) -> None:
         if self.ticker.ticks % self._scan_every == 1 or self._scan_every == 1:
@@ -127,6 +131,13 @@ class Agent:
         """Serve until ``stop`` is set; the socket file is removed on the way out."""
         raise_fd_limit()
         await self.server.start()
+        # Restored before any request is served (no await in between): the first `ls` sees it.
+        keeper = None
+        if self.state is not None:
+            back, gone = restore(self.registry, self.state.load(), time.time())
+            if back or gone:
+                log.info("restored from %s: %d processes watched again, %d exited", self.state.path, back, gone)
+            keeper = StateKeeper(self.state, self.registry)
         loop = asyncio.get_running_loop()
         # Listening before the first scan: a process is either found by it or heard of.
         event_fds = self.process_events.open(self.config.netlink)
@@ -139,16 +150,18 @@ class Agent:
             self.scanner.scan()
         ticker = asyncio.ensure_future(self.ticker.run())
         dumper = asyncio.ensure_future(self.stacks.run())
+        saver = asyncio.ensure_future(keeper.run() if keeper is not None else stop.wait())
         if ready is not None:
             ready.set()
         try:
             await stop.wait()
         finally:
-            ticker.cancel()
-            dumper.cancel()
-            for task in (ticker, dumper):
+            for task in (ticker, dumper, saver):
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if keeper is not None:
+                keeper.save()
             for fd in event_fds:
                 loop.remove_reader(fd)
             self.process_events.close()
@@ -160,6 +173,8 @@ class Agent:
             self.alerts.close()
             self.registry.close()
             self.gpu.close()
+            if self.state is not None:
+                self.state.close()
             log.info("stopped")
 
     # ------------------------------------------------------------------ the service (docs/service.md)

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from memproto.paths import socket_path
+from memproto.paths import socket_path, user_socket
 from memproto.text import printable
 
 from .config_schema import (
@@ -148,6 +148,9 @@ class AgentConfig:
     stacks: StackConfig = field(default_factory=StackConfig)
     headroom: HeadroomConfig = field(default_factory=HeadroomConfig)
     alerts: AlertConfig = field(default_factory=AlertConfig)
+    #: Where the watched set and the peaks of exited processes are kept across restarts
+    #: (memagent.serve.state); None: nowhere (embedded, demo, or ``state_dir = ""``).
+    state_dir: str | None = None
     #: Where the daemon's configuration came from, to read it again on SIGHUP (set by
     #: :func:`agent_config`; None for an agent built otherwise: embedded, demo, tests).
     source: ConfigSource | None = field(default=None, compare=False, repr=False)
@@ -247,6 +250,24 @@ def default_path() -> str | None:
     return DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None
 
 
+#: Root's state directory: the unit's ``StateDirectory=memagent``.
+SYSTEM_STATE_DIR = "/var/lib/memagent"
+
+
+def default_state_dir(socket: str, environ: dict[str, str] | None = None) -> str | None:
+    """The state directory of a daemon given none: root's :data:`SYSTEM_STATE_DIR`, another
+    user's ``$XDG_STATE_HOME/memagent`` (``~/.local/state/memagent``), but only for a daemon
+    on its default socket: a second daemon on another socket (a test, a private one) must
+    neither restore nor overwrite the first one's state, so it keeps none unless told."""
+    env = os.environ if environ is None else environ
+    if socket != user_socket(env):
+        return None
+    if os.geteuid() == 0:
+        return SYSTEM_STATE_DIR
+    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "memagent")
+
+
 def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> AgentConfig:
     """An :class:`AgentConfig` from file ``values`` and command-line ``flags`` (None: not
     given); flags win, and what neither gives keeps the dataclass's own default."""
@@ -284,6 +305,8 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
         max_clients_per_uid=(None, "clients.max_per_uid"), client_idle_timeout=(None, "clients.idle_timeout"),
     ))
 
+    state = given(state_dir=("state_dir", "state_dir")).get("state_dir", default_state_dir(socket))
+    config.state_dir = state or None  # "": off
     if flags.get("no_gpu"):
         config.gpu = False
     if flags.get("no_netlink"):
@@ -295,11 +318,11 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
 # ----------------------------------------------------------------------------- reload (SIGHUP)
 
 #: What a running daemon cannot change: SIGHUP keeps the running value and says a restart
-#: is needed. The socket and its group are bound at start; the interval paces the tick,
-#: the history slots and what clients were told in their hello; the history's length sizes
-#: each process's ring; NVML, the netlink sockets and py-spy are opened or found at start.
-RESTART_KEYS = frozenset({"socket", "socket_group", "interval", "history", "gpu.enabled", "events.netlink",
-                          "stacks.enabled", "stacks.py_spy"})
+#: is needed. The socket and its group are bound at start, the state directory read; the
+#: interval paces the tick, the history slots and what clients were told in their hello; the
+#: history's length sizes each process's ring; NVML, the netlink sockets and py-spy are opened or found at start.
+RESTART_KEYS = frozenset({"socket", "socket_group", "state_dir", "interval", "history", "gpu.enabled",
+                          "events.netlink", "stacks.enabled", "stacks.py_spy"})
 
 #: The file key of each :class:`AgentConfig` attribute whose name differs from it.
 _FILE_KEY = {

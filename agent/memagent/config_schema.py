@@ -169,6 +169,14 @@ def _name(v: object, key: str) -> str:
     return str(v)
 
 
+def _state_dir(v: object, key: str) -> str:
+    """An absolute directory path, or empty: keep no state (see memagent.serve.state)."""
+    path = _str(v, key)
+    if path and not path.startswith("/"):
+        raise ConfigError(key, f"a relative path: {_r(path)} (give the full path, or \"\" for no state)")
+    return path
+
+
 def _bool(v: object, key: str) -> bool:
     if not isinstance(v, bool):
         raise ConfigError(key, f"expected true or false, got {_r(v)}")
@@ -247,6 +255,7 @@ DAY = 86_400.0
 SCHEMA: dict[str, dict[str, Check] | Check] = {
     "interval": Number(0.01, 60.0, SECONDS),
     "socket": _name,
+    "state_dir": _state_dir,
     "auto": _str_list,
     "auto_label": _label,
     "admin_group": _group,

@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="members see every process, as root does")
     d.add_argument("--socket-group", type=_setting("socket_group"), metavar="GROUP",
                    help="group of the socket file: its members may connect")
+    d.add_argument("--state-dir", type=_setting("state_dir"), metavar="DIR",
+                   help="keep the watched set and exited peaks here across restarts ('' : none; default: "
+                        "/var/lib/memagent as root, $XDG_STATE_HOME/memagent otherwise, on the default socket)")
     d.add_argument("--history", type=_setting("history"), metavar="SECONDS", help="history kept (600)")
     d.add_argument("--status-refresh", type=_setting("status_refresh"), metavar="SECONDS",
                    help="longest time between two reads of an unchanged process's kernel peak and swap (1)")

@@ -69,6 +69,9 @@ class Registry:
         self.alive: list[Watched] = []
         #: Bumped on every attach, detach and exit: lets consumers skip unchanged ticks.
         self.version = 0
+        #: Bumped on every change the saved state holds (memagent.serve.state): the set, as
+        #: :attr:`version`, and a label, children-following or a peak window changed.
+        self.edits = 0
 
     # ----------------------------------------------------------------- queries
 
@@ -89,6 +92,7 @@ class Registry:
     def _rebuild_alive(self) -> None:
         self.alive = [w for w in self.entries.values() if w.alive]
         self.version += 1
+        self.edits += 1
 
     # ----------------------------------------------------------------- changes
 
@@ -125,11 +129,13 @@ class Registry:
         if existing is not None:
             if not may_watch(existing.uid):
                 raise AccessDenied(pid)
-            if label is not None:
+            if label is not None and label != existing.label:
                 existing.label = label
+                self.edits += 1
             if children and not existing.follow_children:
                 existing.follow_children = True
                 existing.follow_may_watch = may_watch
+                self.edits += 1
             return existing
         handle = self.procfs.open(pid)
         # Until the entry is registered, the handle's three descriptors are ours alone: any
@@ -178,14 +184,22 @@ class Registry:
         w.label_trusted = label_trusted
         w.take_exit_hwm(hwm)
         w.mark_exited(now)
-        self.entries[w.key] = w
-        self._rebuild_alive()
+        self.insert_exited(w)
         log.info("%d (%s) exited before it could be opened; peak %d bytes (its exit record)", pid,
                  printable(label or name), hwm)
+        return w
+
+    def new_history(self) -> PeakSeries:
+        return PeakSeries(self.history_step, self.history_slots)
+
+    def insert_exited(self, w: Watched) -> None:
+        """Keep ``w``, already exited (a process known only from its exit record, or from
+        the saved state), as every exited entry is kept: announced, and within the bound."""
+        self.entries[w.key] = w
+        self._rebuild_alive()
         self.events.attached(w)
         self.events.exited(w)
         self._bound_exited()
-        return w
 
     def descendants(self, pid: int) -> list[int]:
         """PIDs whose parent chain reaches ``pid`` (read from /proc now)."""
@@ -257,6 +271,7 @@ class Registry:
                             "on the agent's side", pid)
         statm, mem = w.handle.memory()
         w.restart_window(now, kernel_reset, statm.resident, statm.shared, mem.hwm_bytes)
+        self.edits += 1
         return w
 
     def mark_exited(self, gone: list[Watched], now: float) -> None:

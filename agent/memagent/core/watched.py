@@ -287,6 +287,15 @@ class Watched:
         self.vram_peaks = {g.index: [g.used_bytes, False] for g in self.vram_gpus}
         self.vram_sampled_only = True
 
+    def keep_window(self, since: float, hwm_at_reset: int | None, peak: int) -> None:
+        """The peak window saved before the daemon restarted (memagent.core.restore) goes
+        on: VmHWM still covers it, unless it was restarted on the agent's side, whose bar
+        (``hwm_at_reset``) is kept; and its peak is never below the saved one."""
+        self.peak_since = since
+        self.hwm_at_reset = hwm_at_reset
+        self.sampled_max = max(self.sampled_max, peak)
+        self._build_row()
+
     def info(self) -> ProcessInfo:
         """Everything known, as the wire's :class:`ProcessInfo` (lists copied: the record
         is immutable, this object is not)."""

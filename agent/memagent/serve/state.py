@@ -1,0 +1,193 @@
+"""The state directory: the watched set and the peaks of exited processes, kept across
+restarts in ``state.json`` (what is kept and how it is taken back: :mod:`memagent.core.restore`).
+
+The directory. A root daemon must not be steered by another user's files, so the directory
+must be a real directory (not a symbolic link), owned by the daemon's user, and not
+writable by group or others; else the daemon refuses to start (one line, exit 2), never
+repairs it. A missing one is created, mode 0700. It is opened once (``O_NOFOLLOW``) and
+every later access goes through that descriptor: a parent renamed or replaced afterwards
+changes nothing.
+
+The file. Written whole, atomically: a temporary file in the directory, ``fsync``,
+``rename`` over ``state.json``, ``fsync`` of the directory, so a crash (SIGKILL, power)
+leaves the previous file or the new one, never half of one. It is written from the event
+loop, off the tick: within a second of a change of the set (attach, detach, exit,
+reset-peaks, a label), every 10 s while only peaks grow, and at shutdown. A file that
+cannot be read or understood (corrupt, truncated, another format version) is renamed
+aside (``state.json.corrupt-<time>``) with one warning line, and the daemon starts with
+nothing restored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import stat
+import time
+
+from ..core.registry import Registry
+from ..core.restore import Saved
+from ..errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+#: The format of ``state.json``; a file of another version is moved aside, not guessed at.
+FORMAT_VERSION = 1
+#: A bigger file is not ours (256 exited entries and thousands of live ones fit easily).
+MAX_STATE = 64 * 1024 * 1024
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+#: Seconds between two checks for a change to save (a burst of attaches: one write).
+SAVE_EVERY = 1.0
+#: While only peaks grow, a write at most this often (a process that dies while the daemon
+#: is down is listed with the last peak saved).
+PEAK_SAVE_EVERY = 10.0
+
+
+def _refuse(path: str, why: str) -> ConfigError:
+    return ConfigError("state_dir", f"{path} {why}; not using it")
+
+
+class StateDir:
+    """The checked, opened state directory; :class:`ConfigError` (key ``state_dir``) when
+    it is not one to trust."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        euid = os.geteuid()
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            try:
+                os.makedirs(path, DIR_MODE)
+            except OSError as exc:
+                raise _refuse(path, f"cannot be created: {exc.strerror or exc}") from None
+            log.info("created state directory %s (mode %04o, less the umask)", path, DIR_MODE)
+            st = os.lstat(path)
+        except OSError as exc:
+            raise _refuse(path, f"cannot be read: {exc.strerror or exc}") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise _refuse(path, "is a symbolic link")
+        try:
+            self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _refuse(path, f"cannot be opened as a directory: {exc.strerror or exc}") from None
+        st = os.fstat(self.fd)
+        why = None
+        if st.st_uid != euid:
+            why = f"is owned by uid {st.st_uid}, not by the daemon's uid {euid}"
+        elif st.st_mode & 0o022:
+            why = f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+        if why is not None:
+            os.close(self.fd)
+            raise _refuse(path, why)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def load(self) -> list[Saved]:
+        """The saved entries; none when there is no file, and none (the file moved aside,
+        one warning) when it cannot be read or understood."""
+        try:
+            fd = os.open(STATE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=self.fd)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            self._move_aside(f"cannot be opened: {exc.strerror or exc}")
+            return []
+        try:
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise ValueError("not a regular file")
+                raw = f.read(MAX_STATE + 1)
+            if len(raw) > MAX_STATE:
+                raise ValueError(f"larger than {MAX_STATE // (1024 * 1024)} MiB")
+            data = json.loads(raw)
+            if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
+                found = data.get("version") if isinstance(data, dict) else None
+                raise ValueError(f"format version {found!r:.20}, not {FORMAT_VERSION}")
+            entries = data.get("entries")
+            if not isinstance(entries, list):
+                raise ValueError("no list of entries")
+            return [Saved.from_json(e) for e in entries]
+        except (OSError, ValueError, RecursionError) as exc:  # json.JSONDecodeError, UnicodeError: ValueError
+            self._move_aside(str(exc))
+            return []
+
+    def _move_aside(self, why: str) -> None:
+        aside = f"{STATE_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+        try:
+            os.rename(STATE_FILE, aside, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except OSError as exc:
+            log.warning("state file %s/%s not usable (%s) and not moved aside (%s); starting with nothing "
+                        "restored", self.path, STATE_FILE, why, exc.strerror or exc)
+            return
+        log.warning("state file %s/%s not usable (%s): moved aside to %s; starting with nothing restored",
+                    self.path, STATE_FILE, why, aside)
+
+    def save(self, saved: list[Saved]) -> None:
+        """Replace the file atomically (module doc); OSError when it could not be."""
+        body = json.dumps({"version": FORMAT_VERSION, "saved_at": time.time(),
+                           "entries": [s.to_json() for s in saved]}, separators=(",", ":")).encode()
+        tmp = f"{STATE_FILE}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=self.fd)  # O_EXCL below: never write through a planted file
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE,
+                     dir_fd=self.fd)
+        try:
+            view = memoryview(body)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, STATE_FILE, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        os.fsync(self.fd)  # the rename itself, durable
+
+
+class StateKeeper:
+    """Saves the registry's state when it changed (module doc), from the event loop."""
+
+    def __init__(self, state: StateDir, registry: Registry) -> None:
+        self.state = state
+        self.registry = registry
+        self._edits = registry.edits
+        self._peaks = self._peak_sum()
+        self._saved_at = time.monotonic()
+        self._failing = False
+
+    def _peak_sum(self) -> int:
+        return sum(w.peak for w in self.registry.entries.values())
+
+    def due(self, now: float) -> bool:
+        if self.registry.edits != self._edits:
+            return True
+        return now - self._saved_at >= PEAK_SAVE_EVERY and self._peak_sum() != self._peaks
+
+    def save(self) -> None:
+        """Save now; a failure is one warning line (and one line when it works again): the
+        daemon goes on watching without it."""
+        self._edits, self._peaks, self._saved_at = self.registry.edits, self._peak_sum(), time.monotonic()
+        try:
+            self.state.save([Saved.of(w) for w in self.registry.entries.values()])
+        except OSError as exc:
+            if not self._failing:
+                log.warning("cannot save the state in %s: %s; retrying on the next change", self.state.path,
+                            exc.strerror or exc)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("state saved in %s again", self.state.path)
+        self._failing = False
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(SAVE_EVERY)
+            if self.due(time.monotonic()):
+                self.save()

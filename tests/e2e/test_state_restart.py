@@ -1,0 +1,192 @@
+"""State that survives a restart (issue 14, docs/service.md "State across restarts"): real
+daemons killed with SIGKILL and started again on the same ``--state-dir``, real targets.
+
+Synchronisation: the state file is polled (with a deadline) until it holds what the test
+needs; the restarted daemon has restored everything before its "listening on" line is
+followed by any request (no await between the socket and the restore).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Daemon, MiB, Target, memagent_cli, spawn_with_pid
+
+from memagent.config import SYSTEM_STATE_DIR, agent_config
+from memproto.paths import user_socket
+
+
+def _ls(d: Daemon) -> dict[tuple[int, float], dict[str, Any]]:
+    r = memagent_cli("--socket", d.socket, "ls", "--json")
+    assert r.returncode == 0, r.stderr
+    return {(p["pid"], p["start_time"]): p for p in json.loads(r.stdout)}
+
+
+def _saved(state: Path, ready: Callable[[list[dict[str, Any]]], bool], timeout: float = 15.0) -> list[dict[str, Any]]:
+    """The state file's entries, once ``ready`` says they hold what the test needs."""
+    deadline = time.monotonic() + timeout
+    entries: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        try:
+            entries = json.loads((state / "state.json").read_text())["entries"]
+        except (FileNotFoundError, ValueError):
+            entries = []
+        if ready(entries):
+            return entries
+        time.sleep(0.05)
+    raise AssertionError(f"the state file never held what was expected: {entries}")
+
+
+def _kill(d: Daemon) -> None:
+    d.proc.kill()
+    d.proc.wait(10)
+
+
+def test_restart_keeps_labels_children_and_peak_windows(
+    start_daemon: Callable[..., Daemon], make_target: Callable[..., Target], tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    d = start_daemon("--interval", "0.1", "--state-dir", str(state))
+    t = make_target()
+    t.do("alloc 100")
+    t.do("free")  # VmHWM stays above 100 MiB; the RSS drops
+    t.do("alloc 20")
+    (child,) = map(int, t.do("fork"))
+    for argv in (("attach", str(t.pid), "--label", "trainer", "--children"), ("reset-peaks", str(t.pid))):
+        r = memagent_cli("--socket", d.socket, *argv)
+        assert r.returncode == 0, r.stderr
+    before = _ls(d)
+    parent = next(p for p in before.values() if p["pid"] == t.pid)
+    assert parent["rss_peak_bytes"] < 100 * MiB  # the agent-side window: VmHWM's 100 MiB is before it
+    _saved(state, lambda es: any(e["pid"] == t.pid and e["peak_since"] == parent["peak_since"] for e in es)
+           and any(e["pid"] == child for e in es))
+    _kill(d)
+
+    d2 = start_daemon("--interval", "0.1", "--state-dir", str(state))
+    after = _ls(d2)
+    assert after.keys() == before.keys()
+    for key, p in after.items():
+        assert p["alive"] and p["label"] == "trainer"
+        assert p["peak_since"] == before[key]["peak_since"]
+        assert p["rss_peak_bytes"] >= before[key]["rss_peak_bytes"]
+    # The window's bar was kept: VmHWM (past 100 MiB, before the reset) is not its peak.
+    assert after[(t.pid, parent["start_time"])]["rss_peak_bytes"] < 100 * MiB
+    assert "restored from" in d2.log
+    # Still following children: one forked after the restart is attached.
+    (late,) = map(int, t.do("fork"))
+    deadline = time.monotonic() + 15
+    while not any(pid == late for pid, _ in _ls(d2)):
+        assert time.monotonic() < deadline, "a child forked after the restart was not attached"
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="steering PIDs through ns_last_pid needs root")
+def test_processes_that_ended_while_down_are_exited_and_a_reused_pid_is_not_theirs(
+    start_daemon: Callable[..., Daemon], make_target: Callable[..., Target], tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    d = start_daemon("--interval", "0.1", "--state-dir", str(state))
+    ended, reused, done = make_target(), make_target(), make_target()
+    for target in (ended, reused, done):
+        target.do("alloc 40")
+    r = memagent_cli("--socket", d.socket, "attach", str(ended.pid), str(reused.pid), str(done.pid))
+    assert r.returncode == 0, r.stderr
+    done.exit()  # exits while the daemon runs: saved as exited
+    _saved(state, lambda es: len(es) == 3 and any(e["pid"] == done.pid and not e["alive"] for e in es)
+           and all(e["peak"] >= 40 * MiB for e in es))
+    before = {p["pid"]: p for p in _ls(d).values()}
+    _kill(d)
+    ended.kill()
+    old_pid = reused.pid
+    reused.kill()
+    impostor = spawn_with_pid(old_pid, [sys.executable, "-c", "import sys; sys.stdin.read()"])
+    if impostor is None:
+        pytest.skip("could not get the same PID back (busy system)")
+    try:
+        d2 = start_daemon("--interval", "0.1", "--state-dir", str(state))
+        after = {p["pid"]: p for p in _ls(d2).values()}
+        assert after.keys() == {ended.pid, old_pid, done.pid}  # one entry each: the impostor is not watched
+        for pid in (ended.pid, old_pid):
+            p = after[pid]
+            assert not p["alive"] and p["start_time"] == before[pid]["start_time"]
+            assert p["rss_peak_bytes"] >= 40 * MiB  # its last known peak, saved before it ended
+            assert not p["rss_peak_exact"]  # it may have grown after the last save
+        gone = after[done.pid]
+        assert not gone["alive"] and gone["exited_at"] == before[done.pid]["exited_at"]
+        assert (gone["rss_peak_bytes"], gone["rss_peak_exact"]) == (before[done.pid]["rss_peak_bytes"],
+                                                                    before[done.pid]["rss_peak_exact"])
+    finally:
+        impostor.kill()
+        impostor.wait()
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'{"version": 99, "entries": []}',
+                                     b'{"version": 1, "entries": [{"pid": "x"}]}'])
+def test_an_unusable_state_file_is_moved_aside_and_the_daemon_starts(
+    start_daemon: Callable[..., Daemon], make_target: Callable[..., Target], tmp_path: Path, content: bytes
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "state.json").write_bytes(content)
+    d = start_daemon("--interval", "0.1", "--state-dir", str(state))
+    assert _ls(d) == {}
+    (aside,) = state.glob("state.json.corrupt-*")
+    assert aside.read_bytes() == content
+    assert sum("moved aside" in line for line in d.lines) == 1
+    # And it keeps a state again.
+    t = make_target()
+    assert memagent_cli("--socket", d.socket, "attach", str(t.pid)).returncode == 0
+    _saved(state, lambda es: [e["pid"] for e in es] == [t.pid])
+
+
+def _refused(tmp_path: Path, state: Path) -> str:
+    r = memagent_cli("daemon", "--socket", str(tmp_path / "m.sock"), "--state-dir", str(state))
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("memagent: invalid configuration: state_dir: ")
+    return r.stderr
+
+
+def test_a_state_dir_not_to_trust_is_refused_in_one_line(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    assert "is a symbolic link" in _refused(tmp_path, link)
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    assert "writable by group or others" in _refused(tmp_path, open_dir)
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 12345, 12345)
+        assert "owned by uid 12345" in _refused(tmp_path, theirs)
+    r = memagent_cli("daemon", "--socket", str(tmp_path / "m.sock"), "--state-dir", "relative/dir")
+    assert r.returncode == 2 and "a relative path" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_a_missing_state_dir_is_created_private(
+    start_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    state = tmp_path / "new" / "state"
+    start_daemon("--state-dir", str(state))
+    assert state.is_dir() and state.stat().st_mode & 0o777 == 0o700
+
+
+def test_the_default_state_dir_is_for_the_default_socket_only(tmp_path: Path) -> None:
+    assert agent_config({}, {}, str(tmp_path / "other.sock")).state_dir is None
+    assert agent_config({"state_dir": ""}, {}, user_socket()).state_dir is None
+    assert agent_config({}, {"state_dir": str(tmp_path)}, str(tmp_path / "x.sock")).state_dir == str(tmp_path)
+    default = agent_config({}, {}, user_socket()).state_dir
+    if os.geteuid() == 0:
+        assert default == SYSTEM_STATE_DIR
+    else:
+        assert default is not None and default.endswith("/memagent")
