@@ -16,7 +16,6 @@ sample), µs per call of this benchmark's own CPU time.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -29,20 +28,11 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT / "agent"), str(ROOT / "protocol")]
 
 import psutil  # noqa: E402
-from fleet import Fleet, die_with_parent, stop_daemon  # noqa: E402
+from fleet import Fleet, die_with_parent, proc_cpu, stop_daemon  # noqa: E402
 
 from memagent.agent import raise_fd_limit  # noqa: E402
 from memagent.cli.client import Client  # noqa: E402
 from memproto.frames import Sample  # noqa: E402
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of the whole process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def ticks(sock: str) -> int:
@@ -51,9 +41,9 @@ def ticks(sock: str) -> int:
 
 
 def window(daemon_pid: int, sock: str, seconds: float) -> tuple[float, int]:
-    c0, t0 = cpu_seconds(daemon_pid), ticks(sock)
+    c0, t0 = proc_cpu(daemon_pid), ticks(sock)
     time.sleep(seconds)  # a measuring window, not synchronisation
-    return cpu_seconds(daemon_pid) - c0, ticks(sock) - t0
+    return proc_cpu(daemon_pid) - c0, ticks(sock) - t0
 
 
 def psutil_baseline(pids: list[int], rounds: int = 5) -> float:

@@ -143,6 +143,14 @@ def stop_daemon(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
         proc.wait()
 
 
+def proc_cpu(pid: int, children: bool = False) -> float:
+    """CPU seconds of ``pid``, all its threads (utime + stime of /proc/PID/stat), and with
+    ``children`` those of its reaped children too (a daemon's py-spy dumps)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15 if children else 13]) / os.sysconf("SC_CLK_TCK")
+
+
 def _statm(pid: int) -> bytes:
     with open(f"/proc/{pid}/statm", "rb") as f:
         return f.read()

@@ -42,6 +42,14 @@ from fleet import Fleet  # noqa: E402
 from memagent.agent import raise_fd_limit  # noqa: E402
 
 PROCESSES = 1000
+#: Parts 6-10, each in a process of its own: (title, script).
+PARTS_ALONE = (
+    ("6. memtop at 1000 rows", "memtop_update.py"),
+    ("7. stacks overhead on the watched process", "stacks_overhead.py"),
+    ("8. alert latency: headroom crossing to hook", "alert_latency.py"),
+    ("9. PSS read cost at 100 processes", "pss_cost.py"),
+    ("10. daemon CPU per process-sample at 1000 idle processes, 10 Hz", "daemon_cpu.py"),
+)
 PYTHONS = 20
 
 
@@ -92,30 +100,12 @@ def main() -> int:
     finally:
         fleet.stop()
 
-    # memtop runs in its own process so that its RSS is its own.
-    print("== 6. memtop at 1000 rows ==", flush=True)
-    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "memtop_update.py")],
-                   check=False)
-    print()
-
-    # Workloads, daemons and py-spy are processes of its own: run it like memtop.
-    print("== 7. stacks overhead on the watched process ==", flush=True)
-    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stacks_overhead.py")],
-                   check=False)
-    print()
-
-    print("== 8. alert latency: headroom crossing to hook ==", flush=True)
-    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "alert_latency.py")],
-                   check=False)
-    print()
-    print("== 9. PSS read cost at 100 processes ==", flush=True)
-    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pss_cost.py")],
-                   check=False)
-    print()
-    print("== 10. daemon CPU per process-sample at 1000 idle processes, 10 Hz ==", flush=True)
-    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "daemon_cpu.py")],
-                   check=False)
-    print()
+    # memtop runs in its own process so that its RSS is its own; the workloads, daemons and
+    # py-spy of the others are processes of their own too: each part runs alone.
+    for title, script in PARTS_ALONE:
+        print(f"== {title} ==", flush=True)
+        subprocess.run([sys.executable, os.path.join(HERE, script)], check=False)
+        print()
     print(f"done in {time.monotonic() - started:.0f} s; {_load()} at end (other load on the box skews wall times)")
     print(f"reproduce: {_command()}")
     return 0

@@ -21,7 +21,6 @@ minus its RSS - PSS, read from outside) every 0.1 s for ``--watch`` seconds and 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import subprocess
 import sys
@@ -31,41 +30,20 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT / "agent"), str(ROOT / "protocol"), str(ROOT / "tests")]
+sys.path[:0] = [str(HERE), str(ROOT / "agent"), str(ROOT / "protocol"), str(ROOT / "tests")]
 
-from sharing_target import truth  # noqa: E402
+from fleet import die_with_parent  # noqa: E402
+from sharing_target import Controlled, truth  # noqa: E402
 
 from memagent.cli.client import Client  # noqa: E402
 
 MiB = 1 << 20
 
 
-class Proc:
-    def __init__(self, *args: str) -> None:
-        self.p = subprocess.Popen([sys.executable, str(ROOT / "tests" / "sharing_target.py"), *args],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        assert self.p.stdout is not None
-        self.pid, *self.workers = (int(x) for x in self.p.stdout.readline().split()[2:])
-
-    def do(self, command: str) -> list[str]:
-        assert self.p.stdin is not None and self.p.stdout is not None
-        self.p.stdin.write(command + "\n")
-        self.p.stdin.flush()
-        return self.p.stdout.readline().split()[2:]
-
-    def kill(self) -> None:
-        self.p.kill()
-        self.p.wait()
-
-
-def _die_with_us() -> None:
-    ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL: a kill -9 of the bench takes it along
-
-
 def start_daemon(src: Path, sock: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": f"{src / 'agent'}:{src / 'protocol'}"}
     d = subprocess.Popen([sys.executable, "-m", "memagent.cli", "daemon", "--socket", sock], env=env,
-                         stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_us)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
     assert d.stderr is not None
     for line in d.stderr:
         if "listening on" in line:
@@ -100,27 +78,27 @@ def settle(c: Client, pids: list[int]) -> None:
 
 
 def scenario(name: str, c: Client, mib: int, seconds: float, tmp: Path) -> str:
-    procs: list[Proc] = []
+    procs: list[Controlled] = []
     try:
         if name == "cow":
-            t = Proc("cow", str(mib), "3")
+            t = Controlled("cow", str(mib), "3")
             procs.append(t)
             pids = [t.pid, *t.workers]
             c.attach([t.pid], children=True)
             settle(c, pids)
             t.do("write")
         elif name == "fork":
-            t = Proc("hold", str(mib))
+            t = Controlled("hold", str(mib))
             procs.append(t)
             c.attach([t.pid], children=True)
             settle(c, [t.pid])
             pids = [t.pid, int(t.do("fork")[0])]
         else:
             segment = f"/dev/shm/memagent-bench-{os.getpid()}"
-            procs.append(Proc("shm", segment, str(mib)))
+            procs.append(Controlled("shm", segment, str(mib)))
             c.attach([procs[0].pid])
             settle(c, [procs[0].pid])
-            procs.append(Proc("shm", segment, str(mib)))
+            procs.append(Controlled("shm", segment, str(mib)))
             c.attach([procs[1].pid])
             os.unlink(segment)
             pids = [p.pid for p in procs]

@@ -54,7 +54,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from fleet import in_group  # noqa: E402
+from fleet import in_group, proc_cpu  # noqa: E402
 from tick_regularity import memagent_argv  # noqa: E402
 
 CPU_ITERATIONS = 30_000_000
@@ -109,19 +109,9 @@ def workload_main(kind: str) -> int:
 
 # --------------------------------------------------------------------------- the controller
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
 def find_py_spy() -> str | None:
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
     return beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
-
-
-def proc_cpu(pid: int) -> float:
-    """utime + stime + reaped children's (the daemon's py-spy dumps) of ``pid``, seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:15]) / CLK_TCK
 
 
 def _load() -> str:
@@ -261,23 +251,23 @@ def run_one(workload: str, mode: str, py_spy: str, tmp: str, round_: int = 0) ->
             time.sleep(SETTLE - res.settle)
         res.settle = time.monotonic() - ready
         if daemon is not None and client is not None:
-            dumps0, cpu0 = client.status().stack_dumps, proc_cpu(daemon.pid)
+            dumps0, cpu0 = client.status().stack_dumps, proc_cpu(daemon.pid, children=True)
         elif recorder is not None:
-            cpu0 = proc_cpu(recorder.pid)
+            cpu0 = proc_cpu(recorder.pid, children=True)
         target.stdin.write(b"go\n")
         target.stdin.flush()
         result = json.loads(out.wait_for(lambda s: s.startswith("{"), 120))
         res.wall, res.cpu, res.vcsw, res.ivcsw = result["wall"], result["cpu"], result["vcsw"], result["ivcsw"]
 
         if daemon is not None and client is not None:
-            res.observer_cpu = proc_cpu(daemon.pid) - cpu0
+            res.observer_cpu = proc_cpu(daemon.pid, children=True) - cpu0
             stop.set()
             if demander is not None:
                 demander.join(5)
             res.dumps = client.status().stack_dumps - dumps0
             res.state = _stack_state(client, pid)
         if recorder is not None:
-            res.observer_cpu = proc_cpu(recorder.pid) - cpu0
+            res.observer_cpu = proc_cpu(recorder.pid, children=True) - cpu0
         target.stdin.close()  # the workload exits; py-spy record then stops by itself
         target.wait(10)
         if recorder is not None:

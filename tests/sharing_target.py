@@ -14,6 +14,7 @@ the daemon's Σ peaks with.
 import mmap
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 
@@ -109,6 +110,32 @@ def truth(pids: list[int]) -> int:
             hwm = _kib(f.read(), "VmHWM")
         total += hwm - (_kib(rollup, "Rss") - _kib(rollup, "Pss"))
     return total
+
+
+class Controlled:
+    """This script run as a child and driven over its pipes (the tests, and
+    ``bench/sharing_convergence.py``): ``pid``, ``workers``, :meth:`do` a command."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *args],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        assert self.proc.stdout is not None
+        ready = self.proc.stdout.readline().split()
+        assert ready[:2] == ["ok", "ready"], ready
+        self.pid, *self.workers = (int(p) for p in ready[2:])
+
+    def do(self, command: str) -> list[str]:
+        """Run ``command``; what its ``ok`` line says after the command's name."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline().split()
+        assert reply[:2] == ["ok", command], reply
+        return reply[2:]
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
 
 
 commands: dict[str, Callable[[], str]] = {}

@@ -10,14 +10,12 @@ its own ``VmHWM`` minus its ``RSS - PSS`` read from its ``smaps_rollup`` now.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from conftest import HERE, Daemon, MiB
-from sharing_target import truth
+from conftest import Daemon, MiB
+from sharing_target import Controlled, truth
 
 from memagent.cli.client import Client
 
@@ -25,36 +23,12 @@ CONVERGE_S = 3.0
 TOLERANCE = 0.10
 
 
-class SharingTarget:
-    """``tests/sharing_target.py``: processes whose sharing changes on command."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(HERE / "sharing_target.py"), *args],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        assert self.proc.stdout is not None
-        ready = self.proc.stdout.readline().split()
-        assert ready[:2] == ["ok", "ready"], ready
-        self.pid, *self.workers = (int(p) for p in ready[2:])
-
-    def do(self, command: str) -> list[str]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        reply = self.proc.stdout.readline().split()
-        assert reply[:2] == ["ok", command], reply
-        return reply[2:]
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
-
-
 @pytest.fixture
-def sharing_targets() -> Iterator[Callable[..., SharingTarget]]:
-    made: list[SharingTarget] = []
+def sharing_targets() -> Iterator[Callable[..., Controlled]]:
+    made: list[Controlled] = []
 
-    def make(*args: str) -> SharingTarget:
-        made.append(SharingTarget(*args))
+    def make(*args: str) -> Controlled:
+        made.append(Controlled(*args))
         return made[-1]
 
     yield make
@@ -108,7 +82,7 @@ def settle(c: Client, pids: list[int]) -> None:
 
 
 def test_copy_on_write_pages_written_by_forked_workers(
-    daemon: Daemon, sharing_targets: Callable[..., SharingTarget]
+    daemon: Daemon, sharing_targets: Callable[..., Controlled]
 ) -> None:
     """The truth climbs from ~1 buffer to ~4 while every RSS stays: only the host's used
     memory shows it (the drift trigger)."""
@@ -127,7 +101,7 @@ def test_copy_on_write_pages_written_by_forked_workers(
 
 @pytest.mark.parametrize("events", ["netlink", "polling"])
 def test_a_fork_of_a_watched_process(events: str, start_daemon: Callable[..., Daemon],
-                                     sharing_targets: Callable[..., SharingTarget]) -> None:
+                                     sharing_targets: Callable[..., Controlled]) -> None:
     """Parent and child now share the parent's pages: counted once, not 1.5 times. With
     kernel events the fork itself triggers; polling finds the child within a second."""
     daemon = start_daemon(*(["--no-netlink"] if events == "polling" else []))
@@ -142,7 +116,7 @@ def test_a_fork_of_a_watched_process(events: str, start_daemon: Callable[..., Da
 
 
 def test_a_new_process_mapping_the_same_shm_segment(
-    daemon: Daemon, sharing_targets: Callable[..., SharingTarget], segment: str
+    daemon: Daemon, sharing_targets: Callable[..., Controlled], segment: str
 ) -> None:
     """Unrelated processes (no common parent) share a 300 MiB segment: the sharing key
     of the newcomer's maps leads to the first one."""

@@ -109,8 +109,6 @@ class SharingTracker:
         self._now = 0.0
         #: Reads applied: the engine recomputes the sums when it moves.
         self.reads = 0
-        #: What the reads cost so far (bench/ and docs/headroom.md state the rate).
-        self.read_seconds = 0.0
         self.drift_waves = 0
 
     # ------------------------------------------------------------------ triggers
@@ -230,13 +228,12 @@ class SharingTracker:
         started = time.perf_counter()
         results = await asyncio.to_thread(_read_batch, batch)
         spent = time.perf_counter() - started
-        self.read_seconds += spent
         now = self._now
         self._next_batch = now + spent * (1 / DUTY - 1)
         for s, read_at, facts in results:
             self._apply(s, read_at, facts, now)
         # Reads made due by these (partners): the next batch at once, not at the next tick.
-        if any(s.due <= now for s in self._shares.values()):
+        if self._next_due <= now:
             asyncio.get_running_loop().call_later(
                 self._next_batch - now, lambda: self._schedule(max(self._now, self._next_batch)))
 

@@ -39,7 +39,6 @@ from .parse import (
     parse_meminfo,
     parse_memory_cgroup,
     parse_pressure_some_avg10,
-    parse_shared_excess,
     parse_stat,
     parse_statm,
     parse_status_groups,
@@ -322,12 +321,6 @@ class ProcessHandle:
                 return parse_exit_signal(self._read_at("stat"))
         except (CannotRead, NoSuchProcess, AccessDenied):
             return None
-
-    def shared_excess(self) -> int | None:
-        """``RSS - PSS`` from smaps_rollup (it takes the target's mmap lock: call it off
-        the tick). NoSuchProcess, AccessDenied or CannotRead when it cannot be read."""
-        with read_boundary(self.pid):
-            return parse_shared_excess(self._read_at("smaps_rollup"))
 
     def sharing(self, keys: bool = True) -> SharingFacts:
         """Shared excess, parent and, with ``keys``, the sharing keys from ``maps``

@@ -36,8 +36,6 @@ SharingKey = tuple[int, int, int]
 class SharingFacts:
     #: ``RSS - PSS`` in bytes; None when smaps_rollup said nothing.
     excess: int | None
-    #: Resident bytes of the process at the read (``Rss:`` of smaps_rollup).
-    rss: int | None
     ppid: int
     #: None: ``maps`` was not read.
     keys: frozenset[SharingKey] | None
@@ -71,13 +69,6 @@ def parse_sharing_keys(maps: bytes) -> frozenset[SharingKey]:
     return frozenset(keys)
 
 
-def parse_rollup_rss(smaps_rollup: bytes) -> int | None:
-    for line in smaps_rollup.splitlines():
-        if line.startswith(b"Rss:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
 def sharing_facts(smaps_rollup: bytes, maps: bytes | None, stat: bytes) -> SharingFacts:
-    return SharingFacts(parse_shared_excess(smaps_rollup), parse_rollup_rss(smaps_rollup), parse_stat(stat).ppid,
+    return SharingFacts(parse_shared_excess(smaps_rollup), parse_stat(stat).ppid,
                         None if maps is None else parse_sharing_keys(maps))
