@@ -28,7 +28,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT / "agent"), str(ROOT / "protocol")]
 
 import psutil  # noqa: E402
-from fleet import Fleet, die_with_parent, proc_cpu, stop_daemon  # noqa: E402
+from fleet import Fleet, die_with_parent, proc_cpu, stop_daemon, wait_listening  # noqa: E402
 
 from memagent.agent import raise_fd_limit  # noqa: E402
 from memagent.cli.client import Client  # noqa: E402
@@ -70,11 +70,7 @@ def main() -> int:
         daemon = subprocess.Popen([sys.executable, "-m", "memagent.cli", "daemon", "--socket", sock,
                                    "--interval", "0.1"], stderr=subprocess.PIPE, text=True,
                                   preexec_fn=die_with_parent)
-        assert daemon.stderr is not None
-        for line in daemon.stderr:
-            if "listening on" in line:
-                break
-        threading.Thread(target=daemon.stderr.read, daemon=True).start()
+        wait_listening(daemon)
         with Client(sock, timeout=60) as c:
             attached = len(c.attach(fleet.pids).attached)
         time.sleep(3)  # settle: every process's first status reads and PSS read done

@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -141,6 +142,17 @@ def stop_daemon(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def wait_listening(daemon: subprocess.Popen[str]) -> None:
+    """Until the daemon (started with ``stderr=PIPE, text=True``) logs that it listens; then
+    its log is drained in a thread, so a chatty daemon never blocks on a full pipe."""
+    assert daemon.stderr is not None
+    for line in daemon.stderr:
+        if "listening on" in line:
+            threading.Thread(target=daemon.stderr.read, daemon=True).start()
+            return
+    raise SystemExit(f"the daemon did not start (exit status {daemon.wait()})")
 
 
 def proc_cpu(pid: int, children: bool = False) -> float:

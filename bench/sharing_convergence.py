@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT / "agent"), str(ROOT / "protocol"), str(ROOT / "tests")]
 
-from fleet import die_with_parent  # noqa: E402
+from fleet import die_with_parent, wait_listening  # noqa: E402
 from sharing_target import Controlled, truth  # noqa: E402
 
 from memagent.cli.client import Client  # noqa: E402
@@ -44,11 +44,8 @@ def start_daemon(src: Path, sock: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": f"{src / 'agent'}:{src / 'protocol'}"}
     d = subprocess.Popen([sys.executable, "-m", "memagent.cli", "daemon", "--socket", sock], env=env,
                          stderr=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
-    assert d.stderr is not None
-    for line in d.stderr:
-        if "listening on" in line:
-            return d
-    raise SystemExit("daemon did not start")
+    wait_listening(d)
+    return d
 
 
 def sum_peaks(c: Client) -> int:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fleet import die_with_parent, in_group, stop_daemon
+from fleet import die_with_parent, in_group, stop_daemon, wait_listening
 
 HERE = Path(__file__).resolve().parent
 SPIKE = str(HERE.parent / "tests" / "spike_exit.py")
@@ -64,10 +64,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, int, int | None, bool | Non
         daemon = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True,
                                   preexec_fn=in_group())
         try:
-            assert daemon.stderr is not None
-            for line in daemon.stderr:
-                if "listening on" in line:
-                    break
+            wait_listening(daemon)
             ticks = int(2.5 / args.interval) + 2
             with Client(sock, timeout=30) as c:
                 c.subscribe()
