@@ -157,12 +157,15 @@ def test_rows_follow_the_sample_columns(registry: Registry) -> None:
 
 async def run_ticks(interval: float, ticks: int, work: Callable[[int], None]) -> tuple[Ticker, list[float]]:
     """Run a Ticker until its ``ticks``-th tick; ``work(n)`` runs in tick n (from 1).
-    Returns the ticker and the loop time at which each tick began."""
+    Returns the ticker and the loop time at which each of the first ``ticks`` ticks began
+    (the ticker may run one more before this coroutine wakes: that one is not recorded)."""
     loop = asyncio.get_running_loop()
     times: list[float] = []
     done = asyncio.Event()
 
     def on_tick(now: float) -> None:
+        if done.is_set():
+            return
         times.append(loop.time())
         if len(times) == ticks:
             done.set()
