@@ -271,7 +271,7 @@ class SegmentReader:
         if stream.read(len(MAGIC)) != MAGIC:
             raise RecordingError(f"{name}: not a memagent recording")
         try:
-            payload, partial = _read_frame(stream)
+            payload, _ = _read_frame(stream)
             header = decode_recorded(payload) if payload is not None else None
         except ProtocolError as exc:
             raise RecordingError(f"{name}: unreadable header: {exc}") from None

@@ -234,6 +234,14 @@ class DaemonStatus:
     #: e.g. a /proc/meminfo that does not parse (the last good reading is used); empty
     #: when all is well.
     faults: list[str] = field(default_factory=list)
+    #: v1.6: the flight recorder (docs/recording.md): "on", "paused" (the disk is full or
+    #: the directory cannot be written: sampling goes on, ``recording_note`` says why) or
+    #: "off"; its directory (nil when off, and for clients that do not see all), and the
+    #: bytes its segments hold.
+    recording: str = "off"
+    recording_dir: str | None = None
+    recording_bytes: int = 0
+    recording_note: str | None = None
 
 
 @wire

@@ -1,0 +1,201 @@
+"""What a recording says, per process and for the box: the data behind ``memagent history``,
+``report`` and ``plot`` (docs/recording.md). Built by one pass over the frames of
+:func:`memproto.recording.open_recording`; the commands only present it.
+
+Times given by users (``--since 2h``, ``--since 2026-11-30T14:00``) are parsed here too,
+once for every command.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from memproto.frames import AlertRaised, Attached, Exited, Frame, Sample
+from memproto.recording import HeadroomSnapshot, PeakStack, SegmentHeader
+from memproto.records import Alert, StackDump
+from memproto.vocabulary import AlertKind
+
+Key = tuple[int, float]
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
+
+
+def parse_when(text: str, now: float) -> float:
+    """Unix seconds of ``text``: a duration back from ``now`` (``90``, ``30s``, ``15m``, ``2h``,
+    ``7d``, ``1w``), an ISO 8601 date and time (``2026-11-30T14:00``, local time unless it
+    names its zone; ``2026-11-30`` is its midnight), or Unix seconds (``@1764511200``).
+    ``ValueError`` with a message for people otherwise."""
+    t = text.strip()
+    if t.startswith("@"):
+        try:
+            value = float(t[1:])
+        except ValueError:
+            raise ValueError(f"not a time: {text!r}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"not a time: {text!r}")
+        return value
+    m = _AGO.match(t)
+    if m:
+        return now - float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    try:
+        when = dt.datetime.fromisoformat(t)
+    except ValueError:
+        raise ValueError(f"not a time: {text!r} (expected e.g. 2h, 30m, 2026-11-30T14:00 or @UNIX)") from None
+    return when.timestamp()  # naive: local time, as the user's clock shows it
+
+
+def iso(t: float) -> str:
+    """A time for JSON and text: ISO 8601 in local time with its offset, to the second."""
+    return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+
+
+@dataclass
+class Track:
+    """One process (PID and start time) over the recording."""
+
+    pid: int
+    start_time: float
+    name: str = ""
+    label: str | None = None
+    cmdline: list[str] = field(default_factory=list)
+    #: Sample times, and the values at them (RSS, GPU memory: ``None`` unknown).
+    times: list[float] = field(default_factory=list)
+    rss: list[int] = field(default_factory=list)
+    vram: list[int | None] = field(default_factory=list)
+    #: The highest ``rss_peak_bytes`` seen, and the first sample time that showed it.
+    peak_bytes: int = 0
+    peak_time: float | None = None
+    peak_exact: bool = True
+    vram_peak_bytes: int | None = None
+    vram_peak_time: float | None = None
+    exited_at: float | None = None
+    #: The stack at the peak, when the daemon took one.
+    peak_stack: StackDump | None = None
+
+    @property
+    def key(self) -> Key:
+        return (self.pid, self.start_time)
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name or str(self.pid)
+
+
+@dataclass
+class Timeline:
+    """A recording, cut to ``[since, until]`` and to the processes asked for."""
+
+    host: str = ""
+    interval: float = 0.0
+    first: float | None = None
+    last: float | None = None
+    tracks: dict[Key, Track] = field(default_factory=dict)
+    #: At each sample: its time and the sum of the peaks of the processes alive then.
+    sum_peaks: list[tuple[float, int]] = field(default_factory=list)
+    #: The host's RAM (from the segment headers and headroom snapshots).
+    capacity_bytes: int | None = None
+    alerts: list[Alert] = field(default_factory=list)
+    headroom: list[HeadroomSnapshot] = field(default_factory=list)
+    #: What the reader skipped (damaged frames), one line each.
+    damage: list[str] = field(default_factory=list)
+    segments: int = 0
+
+    @property
+    def oom_kills(self) -> list[Alert]:
+        return [a for a in self.alerts if a.kind == AlertKind.OOM_KILL]
+
+    def highest_sum(self) -> tuple[float, int] | None:
+        return max(self.sum_peaks, key=lambda ts: ts[1]) if self.sum_peaks else None
+
+    def by_peak(self) -> list[Track]:
+        return sorted(self.tracks.values(), key=lambda t: t.peak_bytes, reverse=True)
+
+
+class _Filter:
+    def __init__(self, pids: Iterable[int], labels: Iterable[str]) -> None:
+        self.pids, self.labels = set(pids), set(labels)
+        self.everyone = not self.pids and not self.labels
+
+    def wants(self, pid: int, label: str | None) -> bool:
+        return self.everyone or pid in self.pids or (label is not None and label in self.labels)
+
+
+def build_timeline(frames: Iterable[Frame], *, since: float | None = None, until: float | None = None,
+                   pids: Iterable[int] = (), labels: Iterable[str] = ()) -> Timeline:
+    """One pass over a recording's frames (whole samples: :class:`memproto.recording.Playback`)."""
+    tl = Timeline()
+    want = _Filter(pids, labels)
+    known: dict[Key, Attached] = {}  # every process attached, wanted or not (labels decide later)
+
+    def inside(t: float) -> bool:
+        return (since is None or t >= since) and (until is None or t <= until)
+
+    for frame in frames:
+        if isinstance(frame, SegmentHeader):
+            tl.segments += 1
+            tl.host, tl.interval = frame.host, frame.interval
+            tl.capacity_bytes = frame.mem_total_bytes or tl.capacity_bytes
+        elif isinstance(frame, Attached):
+            p = frame.process
+            known[(p.pid, p.start_time)] = frame
+        elif isinstance(frame, Sample):
+            if not inside(frame.time):
+                if until is not None and frame.time > until:
+                    break
+                continue
+            _add_sample(tl, frame, known, want)
+        elif isinstance(frame, Exited):
+            track = tl.tracks.get((frame.pid, frame.start_time))
+            if track is not None and inside(frame.time):
+                track.exited_at = frame.time
+                if frame.rss_peak_bytes > track.peak_bytes:
+                    track.peak_bytes, track.peak_time = frame.rss_peak_bytes, frame.time
+        elif isinstance(frame, AlertRaised):
+            if inside(frame.alert.time) and (want.everyone or frame.alert.pid is None
+                                             or frame.alert.pid in want.pids or want.labels):
+                tl.alerts.append(frame.alert)
+        elif isinstance(frame, PeakStack):
+            track = tl.tracks.get((frame.pid, frame.start_time))
+            if track is not None and inside(frame.dump.time):
+                track.peak_stack = frame.dump
+        elif isinstance(frame, HeadroomSnapshot):
+            if inside(frame.time):
+                tl.headroom.append(frame)
+                tl.capacity_bytes = frame.host.total_bytes or tl.capacity_bytes
+    return tl
+
+
+def _add_sample(tl: Timeline, frame: Sample, known: dict[Key, Attached], want: _Filter) -> None:
+    tl.first = frame.time if tl.first is None else tl.first
+    tl.last = frame.time
+    total = 0
+    for r in frame.records():
+        key = (r.pid, r.start_time)
+        track = tl.tracks.get(key)
+        if track is None:
+            info = known.get(key)
+            label = info.process.label if info else None
+            if not want.wants(r.pid, label):
+                continue
+            track = tl.tracks[key] = Track(r.pid, r.start_time)
+            if info is not None:
+                track.name, track.label, track.cmdline = info.process.name, label, list(info.process.cmdline)
+        if r.alive:
+            total += r.rss_peak_bytes
+            track.times.append(frame.time)
+            track.rss.append(r.rss_bytes)
+            track.vram.append(r.vram_bytes)
+        elif track.exited_at is None:
+            track.exited_at = frame.time
+        if r.rss_peak_bytes > track.peak_bytes or track.peak_time is None:
+            track.peak_bytes, track.peak_time = r.rss_peak_bytes, frame.time
+            track.peak_exact = r.rss_peak_exact is not False
+        vram_peak = r.vram_peak_bytes
+        if vram_peak is not None and (track.vram_peak_bytes is None or vram_peak > track.vram_peak_bytes):
+            track.vram_peak_bytes, track.vram_peak_time = vram_peak, frame.time
+    tl.sum_peaks.append((frame.time, total))
