@@ -119,7 +119,8 @@ def decode_recorded(payload: bytes) -> Frame:
     """A frame of a recording: a wire frame or one of :data:`RECORDING_TYPES`.
     :class:`ProtocolError` (or its ``UnknownFrameType``) when it is not one."""
     body = unpack(payload)
-    cls = RECORDING_TYPES.get(body.get("t")) if type(body) is dict else None
+    tag = body.get("t") if type(body) is dict else None
+    cls = RECORDING_TYPES.get(tag) if type(tag) is str else None
     if cls is None:
         return decode_body(body)
     frame = from_wire(cls, body)
