@@ -2,8 +2,9 @@
 
 What is kept per entry (:class:`Saved`) is what a restarted daemon cannot learn again from
 the kernel: who was watched and why (label, children-following), the peak window
-(``peak_since``, the agent-side reset's ``hwm_at_reset``) and the last known peak; for an
-exited process, everything it will ever be shown with. The history is not kept.
+(``peak_since``, the agent-side reset's ``hwm_at_reset``) and the last known peaks (RSS,
+and GPU memory as one figure); for an exited process, everything it will ever be shown
+with. A live process's GPU peak starts again from the driver's figures after a restart. The history is not kept.
 
 Identity is ``(pid, starttime)``, as in the registry: a saved live process is taken back
 only when its PID's start time is still the saved one. Otherwise it ended while the daemon
@@ -51,12 +52,14 @@ class Saved:
     peak_exact: bool
     peak_since: float
     hwm_at_reset: int | None
+    #: GPU memory peak, all GPUs together (None: unknown; absent from files before it).
+    vram_peak: int | None = None
 
     @classmethod
     def of(cls, w: Watched) -> Saved:
         return cls(w.pid, w.starttime, w.start_time, w.attached_at, w.name, list(w.cmdline), w.uid, w.label,
                    w.label_trusted, w.follow_children, w.alive, w.exited_at, w.peak, w.peak_known_exact,
-                   w.peak_since, w.hwm_at_reset)
+                   w.peak_since, w.hwm_at_reset, w.vram_peak)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -140,6 +143,8 @@ def _add_exited(registry: Registry, s: Saved, now: float) -> None:
     w.follow_children = s.follow_children
     w.peak_since = s.peak_since
     w.hwm = w.sampled_max = s.peak
+    if s.vram_peak is not None:  # one figure for all its GPUs, sampled as far as we know now
+        w.vram_peaks = {-1: [s.vram_peak, False]}
     if s.alive:
         log.info("%d (%s) ended while the daemon was down; last known peak %d bytes", s.pid,
                  printable(s.label or s.name), s.peak)
