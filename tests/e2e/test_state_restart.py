@@ -190,3 +190,14 @@ def test_the_default_state_dir_is_for_the_default_socket_only(tmp_path: Path) ->
         assert default == SYSTEM_STATE_DIR
     else:
         assert default is not None and default.endswith("/memagent")
+
+
+def test_a_state_dir_in_use_by_another_daemon_is_refused(
+    start_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    """Two daemons (on two sockets) given one state directory would overwrite each other's
+    state file and recordings: the second is refused in one line, the first runs on."""
+    state = tmp_path / "state"
+    first = start_daemon("--state-dir", str(state))
+    assert "in use by another memagent daemon" in _refused(tmp_path, state)
+    assert first.proc.poll() is None

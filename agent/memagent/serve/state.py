@@ -6,7 +6,9 @@ must be a real directory (not a symbolic link), owned by the daemon's user, and 
 writable by group or others; else the daemon refuses to start (one line, exit 2), never
 repairs it. A missing one is created, mode 0700. It is opened once (``O_NOFOLLOW``) and
 every later access goes through that descriptor: a parent renamed or replaced afterwards
-changes nothing.
+changes nothing. The daemon holds an ``flock`` on it while it runs, so a second daemon given
+the same directory (on another socket) is refused rather than overwriting the first's
+state and recordings.
 
 The file. Written whole, atomically: a temporary file in the directory, ``fsync``,
 ``rename`` over ``state.json``, ``fsync`` of the directory, so a crash (SIGKILL, power)
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -82,6 +85,11 @@ class StateDir:
             why = f"is owned by uid {st.st_uid}, not by the daemon's uid {euid}"
         elif st.st_mode & 0o022:
             why = f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+        if why is None:
+            try:  # on the directory itself: held while the descriptor is open, let go at any death
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                why = "is in use by another memagent daemon (each daemon needs its own state_dir)"
         if why is not None:
             os.close(self.fd)
             raise _refuse(path, why)
