@@ -13,6 +13,7 @@ Prints a report; asserts nothing. See bench/README.md for what each number means
 8. alert latency: headroom crossing to hook                         (alert_latency.py)
 9. what a PSS read costs, per GiB and per second at 100 processes   (pss_cost.py)
 10. the daemon's whole-process CPU per process-sample, against psutil (daemon_cpu.py)
+11. the flight recorder: bytes per hour and its cost, 100 processes at 0.5 s (record_size.py)
 
 All watched processes are children of this process in one process group, killed on the
 way out whatever happens (SIGTERM included).
@@ -42,13 +43,14 @@ from fleet import Fleet  # noqa: E402
 from memagent.agent import raise_fd_limit  # noqa: E402
 
 PROCESSES = 1000
-#: Parts 6-10, each in a process of its own: (title, script).
+#: Parts 6-11, each in a process of its own: (title, script).
 PARTS_ALONE = (
     ("6. memtop at 1000 rows", "memtop_update.py"),
     ("7. stacks overhead on the watched process", "stacks_overhead.py"),
     ("8. alert latency: headroom crossing to hook", "alert_latency.py"),
     ("9. PSS read cost at 100 processes", "pss_cost.py"),
     ("10. daemon CPU per process-sample at 1000 idle processes, 10 Hz", "daemon_cpu.py"),
+    ("11. flight recorder: bytes per hour and cost, 100 processes at 0.5 s", "record_size.py"),
 )
 PYTHONS = 20
 

@@ -27,6 +27,9 @@ ALLOWED = {
     ("serve/listen.py", "os.open"): "the daemon's lock file beside its socket (one daemon per path)",
     ("serve/state.py", "os.open"): "the daemon's state directory and its state file (kept across restarts)",
     ("serve/state.py", "os.lstat"): "the state directory's check (not a symbolic link) before it is opened",
+    ("serve/record_files.py", "os.open"): "the flight recorder's directory and segments, in the state directory",
+    ("serve/record_files.py", "os.scandir"): "the flight recorder's segments (sizes, sequence numbers)",
+    ("cli/record_cmd.py", "os.open"): "the file memagent record -o writes (O_EXCL: never over an existing one)",
 }
 
 

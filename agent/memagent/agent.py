@@ -31,12 +31,14 @@ from .core.registry import Registry
 from .core.restore import restore
 from .core.sampler import Sampler, Ticker
 from .core.stack_collector import StackCollector
+from .core.watched import Watched
 from .errors import ConfigError
 from .proc.nvml import Nvml
 from .proc.procfs import ProcFS
 from .serve.access import AccessPolicy, resolve_group
 from .serve.dispatch import Dispatcher
 from .serve.pacing import Pacer
+from .serve.recorder import EventTee, FlightRecorder
 from .serve.server import Server
 from .serve.state import StateDir, StateKeeper
 from .serve.status import StatusReport
@@ -91,15 +93,24 @@ class Agent:
             max_clients_per_uid=config.max_clients_per_uid,
             idle_timeout=config.client_idle_timeout,
         )
-        self.registry.events = self.server
         self.process_events.on_sharing_change = self.alerts.sharing.touch
-        self.stacks.on_state = self.server.stack_state
         self.report = StatusReport(config, time.time(), self.procfs, self.registry, self.ticker, self.server,
                                    self.gpu, self.stacks, self.alerts, self.process_events)
         #: Hook runners replaced by a reload, finishing what they had started.
         self._retiring: set[asyncio.Task[None]] = set()
         #: The state kept across restarts (docs/service.md); ConfigError: a directory not to trust.
         self.state = StateDir(config.state_dir) if config.state_dir else None
+        #: The flight recorder (docs/recording.md): off without a state directory.
+        self.recorder = FlightRecorder(config.record, self.state, config.interval, registry=self.registry,
+                                       stacks=self.stacks, alerts=self.alerts, procfs=self.procfs)
+        self.registry.events = EventTee(self.server, self.recorder)
+        self.stacks.on_state = self._stack_state
+        self.stacks.on_peak_stack = self.recorder.peak_stack
+        self.report.recorder = self.recorder
+
+    def _stack_state(self, w: Watched, message: str | None) -> None:
+        self.server.stack_state(w, message)
+        self.recorder.stack_state(w, message)
 
     def on_tick(self, now: float) -> None:
         if self.ticker.ticks % self._scan_every == 1 or self._scan_every == 1:
@@ -114,6 +125,7 @@ class Agent:
                             moved=self.sampler.changed)
         rows, uids = self.sampler.rows()
         self.server.broadcast_sample(self.ticker.ticks, now, rows, uids)
+        self.recorder.sample(self.ticker.ticks, now, rows)
 
     def deliver_alert(self, alert: Alert) -> None:
         """Every way an alert leaves the daemon: log line, protocol frame, hook. The line's
@@ -125,6 +137,7 @@ class Agent:
         log.log(level, "alert %s %s %s [%s]: %s", alert.kind, alert.state, alert.severity,
                 printable(alert.resource), printable(alert.message))
         self.server.publish_alert(alert, self.registry)
+        self.recorder.alert(alert)
         self.hooks.submit(alert)
 
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
@@ -138,6 +151,8 @@ class Agent:
             if back or gone:
                 log.info("restored from %s: %d processes watched again, %d exited", self.state.path, back, gone)
             keeper = StateKeeper(self.state, self.registry)
+        await self.recorder.start()  # its first segment opens with what was restored
+        recorder = asyncio.ensure_future(self.recorder.run())
         loop = asyncio.get_running_loop()
         # Listening before the first scan: a process is either found by it or heard of.
         event_fds = self.process_events.open(self.config.netlink)
@@ -160,6 +175,8 @@ class Agent:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            self.recorder.stop()  # not cancelled: it writes its last batch and syncs its segment
+            await recorder
             if keeper is not None:
                 keeper.save()
             for fd in event_fds:
@@ -211,7 +228,7 @@ class Agent:
                      "client_idle_timeout"):
             setattr(c, name, getattr(new, name))
         for part, fresh, fixed in ((c.headroom, new.headroom, ()), (c.alerts, new.alerts, ()),
-                                   (c.stacks, new.stacks, ("enabled", "py_spy"))):
+                                   (c.stacks, new.stacks, ("enabled", "py_spy")), (c.record, new.record, ("enabled",))):
             for f in dataclasses.fields(part):
                 if f.name not in fixed:
                     setattr(part, f.name, getattr(fresh, f.name))

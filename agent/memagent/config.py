@@ -42,9 +42,9 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = [
     "DEFAULT_PATH", "MAX_FILE", "MAX_SIZE", "RESERVED_FOR_ADMINS", "RESTART_KEYS", "SCHEMA", "AgentConfig",
-    "AlertConfig", "Check", "ConfigError", "ConfigSource", "HeadroomConfig", "MiB", "StackConfig", "agent_config",
-    "changed_keys", "check_of", "check_text", "default_path", "key_line", "load", "lookup_user", "parse_size",
-    "validate",
+    "AlertConfig", "Check", "ConfigError", "ConfigSource", "HeadroomConfig", "MiB", "RecordConfig", "StackConfig",
+    "agent_config", "changed_keys", "check_of", "check_text", "default_path", "key_line", "load", "lookup_user",
+    "parse_size", "validate",
 ]
 
 DEFAULT_PATH = "/etc/memagent/memagent.toml"
@@ -116,6 +116,23 @@ class StackConfig:
 
 
 @dataclass
+class RecordConfig:
+    """The flight recorder (memagent.serve.recorder, docs/recording.md)."""
+
+    enabled: bool = True
+    #: The recorder's segments together, at most (the oldest go first).
+    max_bytes: int = 256 * MiB
+    #: A segment's size before the next begins; None: max_bytes / 16, from 256 KiB to 16 MiB.
+    segment_bytes: int | None = None
+    #: Seconds between two tries to write again after a full disk.
+    retry_interval: float = 10.0
+
+    @property
+    def segment_size(self) -> int:
+        return self.segment_bytes or min(16 * MiB, max(MiB // 4, self.max_bytes // 16))
+
+
+@dataclass
 class AgentConfig:
     """Everything an agent (daemon, embedded or demo) is built from."""
 
@@ -148,6 +165,7 @@ class AgentConfig:
     stacks: StackConfig = field(default_factory=StackConfig)
     headroom: HeadroomConfig = field(default_factory=HeadroomConfig)
     alerts: AlertConfig = field(default_factory=AlertConfig)
+    record: RecordConfig = field(default_factory=RecordConfig)
     #: Where the watched set and the peaks of exited processes are kept across restarts
     #: (memagent.serve.state); None: nowhere (embedded, demo, or ``state_dir = ""``).
     state_dir: str | None = None
@@ -297,7 +315,9 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
     alerts = AlertConfig(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("alerts.")})
     alerts.recent = int(alerts.recent)
     alerts.budgets = values.get("budgets", {})
-    config = AgentConfig(socket=socket, stacks=stacks, headroom=headroom, alerts=alerts, **given(
+    record = RecordConfig(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("record.")})
+    record.enabled = record.enabled and not flags.get("no_record")
+    config = AgentConfig(socket=socket, stacks=stacks, headroom=headroom, alerts=alerts, record=record, **given(
         interval=("interval", "interval"), auto=("auto", "auto"), auto_label=("auto_label", "auto_label"),
         admin_group=("admin_group", "admin_group"), socket_group=("socket_group", "socket_group"),
         history_seconds=("history", "history"), status_refresh=("status_refresh", "status_refresh"),
@@ -320,9 +340,10 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
 #: What a running daemon cannot change: SIGHUP keeps the running value and says a restart
 #: is needed. The socket and its group are bound at start, the state directory read; the
 #: interval paces the tick, the history slots and what clients were told in their hello; the
-#: history's length sizes each process's ring; NVML, the netlink sockets and py-spy are opened or found at start.
+#: history's length sizes each process's ring; NVML, the netlink sockets and py-spy are opened or found at start,
+#: and the flight recorder started or not (its sizes and retry period apply live).
 RESTART_KEYS = frozenset({"socket", "socket_group", "state_dir", "interval", "history", "gpu.enabled",
-                          "events.netlink", "stacks.enabled", "stacks.py_spy"})
+                          "events.netlink", "stacks.enabled", "stacks.py_spy", "record.enabled"})
 
 #: The file key of each :class:`AgentConfig` attribute whose name differs from it.
 _FILE_KEY = {

@@ -285,6 +285,8 @@ SCHEMA: dict[str, dict[str, Check] | Check] = {
         "recent": Whole(0, 10_000),
     },
     "budgets": _budgets,
+    "record": {"enabled": _bool, "max_bytes": Size(MiB), "segment_bytes": Size(4 * KiB, 16 * MiB),
+               "retry_interval": Number(0.1, 3600.0, SECONDS)},
     "clients": {"max": Whole(RESERVED_FOR_ADMINS + 1, 10_000), "max_per_uid": Whole(1, 10_000),
                 "idle_timeout": Number(0.1, DAY, SECONDS)},
 }
@@ -371,6 +373,9 @@ def _check_together(values: dict[str, Any]) -> None:
     if "alerts.hook" in values and "alerts.hook_user" not in values:
         # The default user, whom a root daemon runs the hook as: it must exist too.
         _checked(_user, "nobody", "alerts.hook_user", ("alerts", "hook"))
+    if values.get("record.segment_bytes", 0) * 2 > values.get("record.max_bytes", 256 * MiB):
+        where = ("record", "segment_bytes")
+        raise Refused(ConfigError("record.segment_bytes", "must be at most half of record.max_bytes"), where)
     slots = values.get("history", 600.0) / max(1.0, values.get("interval", 0.5))
     if slots > MAX_HISTORY_SLOTS:
         raise Refused(ConfigError("history", f"{slots:.0f} slots per process, at most {MAX_HISTORY_SLOTS}"),

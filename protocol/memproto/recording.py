@@ -28,7 +28,7 @@ import msgpack
 
 from .codec import decode_body, encode, encode_sample, unpack
 from .errors import ProtocolError
-from .frames import Attached, Detached, Frame, Sample
+from .frames import Detached, Frame, Sample
 from .framing import frame_bytes
 from .limits import HEADER_BYTES, MAX_FRAME_BYTES
 from .records import SAMPLE_COLUMNS, Headroom, HostMemory, StackDump
@@ -189,13 +189,13 @@ class SegmentWriter:
 
     def take(self) -> bytes:
         """The queued frames as one framed ``batch`` (``b""`` when none are queued)."""
-        if not self._pending:
-            return b""
-        deflater = zlib.compressobj(self.level, zdict=ZDICT)
-        data = deflater.compress(bytes(self._pending)) + deflater.flush()
-        self._pending.clear()
-        self._frames = 0
-        return frame_bytes(msgpack.packb({"t": _BATCH, "v": PROTOCOL_MAJOR, "z": data}, use_bin_type=True))
+        return pack_batch(self.take_raw(), self.level)
+
+    def take_raw(self) -> bytes:
+        """The queued frames, framed but not yet packed (:func:`pack_batch` does that, in
+        another thread if the caller likes: compressing a second of a big fleet takes ms)."""
+        raw, self._pending, self._frames = bytes(self._pending), bytearray(), 0
+        return raw
 
     def drop_pending(self) -> int:
         """Forget the queued frames (the disk is full); returns how many there were. The
@@ -205,6 +205,15 @@ class SegmentWriter:
         self._frames = 0
         self._last = {}
         return n
+
+
+def pack_batch(raw: bytes, level: int = 6) -> bytes:
+    """Framed frames (:meth:`SegmentWriter.take_raw`) as one framed ``batch``; ``b""`` for none."""
+    if not raw:
+        return b""
+    deflater = zlib.compressobj(level, zdict=ZDICT)
+    data = deflater.compress(raw) + deflater.flush()
+    return frame_bytes(msgpack.packb({"t": _BATCH, "v": PROTOCOL_MAJOR, "z": data}, use_bin_type=True))
 
 
 # ----------------------------------------------------------------------------- reading
@@ -337,9 +346,7 @@ class Playback:
             return Sample(frame.seq, frame.time, frame.interval, list(fields), list(self.rows.values()))
         elif isinstance(frame, Detached):
             self.rows.pop((frame.pid, frame.start_time), None)
-        elif isinstance(frame, Attached):
-            pass  # its row comes with the next sample
-        return frame
+        return frame  # an attached process's row comes with the next sample
 
 
 def segment_files(path: str) -> list[str]:
@@ -356,11 +363,14 @@ def open_recording(paths: Sequence[str], *, since: float | None = None, until: f
     header first and its samples whole (:class:`Playback`). Segments that end before
     ``since`` (the next one begins before it) or begin after ``until`` are not opened.
     :class:`RecordingError` for a file that is not a recording; ``OSError`` as raised."""
-    files = [f for p in paths for f in segment_files(p)]
     headers: list[tuple[str, SegmentHeader]] = []
-    for name in files:
-        with open(name, "rb") as stream:
-            headers.append((name, SegmentReader(stream, name).header))
+    for name, listed in ((f, f != p) for p in paths for f in segment_files(p)):
+        try:
+            with open(name, "rb") as stream:
+                headers.append((name, SegmentReader(stream, name).header))
+        except FileNotFoundError:
+            if not listed:  # else a segment the recorder dropped since the directory was listed
+                raise
     headers.sort(key=lambda nh: (nh[1].start_time, nh[1].sequence))
     playback = Playback()
     for i, (name, header) in enumerate(headers):
@@ -369,7 +379,11 @@ def open_recording(paths: Sequence[str], *, since: float | None = None, until: f
             continue
         if until is not None and header.start_time > until:
             break
-        with open(name, "rb") as stream:
+        try:
+            stream = open(name, "rb")  # closed below (with); a segment dropped meanwhile is skipped
+        except FileNotFoundError:
+            continue
+        with stream:
             reader = SegmentReader(stream, name)
             yield playback.feed(reader.header)
             for frame in reader:
@@ -380,19 +394,7 @@ def open_recording(paths: Sequence[str], *, since: float | None = None, until: f
 
 
 __all__ = [
-    "FORMAT_VERSION",
-    "MAGIC",
-    "MAX_BATCH_BYTES",
-    "RECORDING_TYPES",
-    "SUFFIX",
-    "HeadroomSnapshot",
-    "PeakStack",
-    "Playback",
-    "RecordingError",
-    "SegmentHeader",
-    "SegmentReader",
-    "SegmentWriter",
-    "decode_recorded",
-    "open_recording",
-    "segment_files",
+    "FORMAT_VERSION", "MAGIC", "MAX_BATCH_BYTES", "RECORDING_TYPES", "SUFFIX", "HeadroomSnapshot", "PeakStack",
+    "Playback", "RecordingError", "SegmentHeader", "SegmentReader", "SegmentWriter", "decode_recorded",
+    "open_recording", "pack_batch", "segment_files",
 ]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from memproto.paths import SYSTEM_SOCKET
 
 from . import __version__
+from .replay_data import SPEED_MAX, SPEED_MIN, check_recording
 from .terminal import HANGUP_EXIT, NO_TERMINAL, TerminalWatch, has_terminal
 
 if TYPE_CHECKING:
@@ -33,6 +34,17 @@ def _interval(text: str) -> float:
     if not math.isfinite(value) or not 0.01 <= value <= 60:
         raise argparse.ArgumentTypeError(f"not 0.01 to 60 seconds: {text!r}")
     return value
+
+
+def _speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or not SPEED_MIN <= value <= SPEED_MAX:
+        raise argparse.ArgumentTypeError(f"not {SPEED_MIN:g} to {SPEED_MAX:g}: {text!r}")
+    return value
+
 
 def _path(value: str) -> str:
     if not value:  # would mean "no --socket": say so instead
@@ -56,9 +68,28 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--no-embedded", action="store_true",
                        help="never start an embedded agent; wait for a daemon instead")
     parser.add_argument("--demo", action="store_true", help="start a demo fleet under an embedded agent")
-    parser.add_argument("--interval", type=_interval, default=0.5,
+    parser.add_argument("--interval", type=_interval, default=None,
                         help="embedded agent's sample interval, 0.01 to 60 seconds (0.5)")
+    replay = parser.add_argument_group("replay", "play a recording (the daemon's flight recorder, or "
+                                       "`memagent record -o FILE`) on the same screens; no daemon needed")
+    replay.add_argument("--replay", metavar="FILE|DIR", type=_path,
+                        help="a recording's segment file, or a directory of segments (the daemon's)")
+    replay.add_argument("--speed", type=_speed, default=None,
+                        help=f"start speed, {SPEED_MIN:g} to {SPEED_MAX:g} (1); then + and - double and halve it")
     return parser
+
+
+def _replay_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--replay plays a file: the options that choose or tune an agent make no sense with it."""
+    if args.replay is None:
+        if args.speed is not None:
+            parser.error("--speed is the replay's: only with --replay")
+        return
+    live = [flag for flag, given in (("--embedded", args.embedded), ("--no-embedded", args.no_embedded),
+                                     ("--demo", args.demo), ("--socket", args.socket is not None),
+                                     ("--interval", args.interval is not None)) if given]
+    if live:
+        parser.error(f"--replay plays a recording, without an agent: not with {live[0]}")
 
 
 def _terminal_lost(app: MemtopApp) -> None:
@@ -72,6 +103,12 @@ def entry(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.demo and args.no_embedded:
         parser.error("--demo runs an embedded agent: not with --no-embedded")
+    _replay_usage(parser, args)
+    if args.replay is not None:  # before the screen: a file that does not play is one line
+        why = check_recording(args.replay)
+        if why is not None:
+            print(f"memtop: {why}", file=sys.stderr)
+            sys.exit(2)
     if not has_terminal():
         print(NO_TERMINAL, file=sys.stderr)
         sys.exit(2)
@@ -83,7 +120,13 @@ def entry(argv: list[str] | None = None) -> None:
     agent_log.addHandler(logging.NullHandler())
     agent_log.propagate = False
     mode: EmbeddedMode = "always" if args.embedded or args.demo else "never" if args.no_embedded else "auto"
-    app = MemtopApp(args.socket, embedded=mode, demo=args.demo, embedded_interval=args.interval)
+    app: MemtopApp
+    if args.replay is not None:
+        from .replay import ReplayApp
+
+        app = ReplayApp(args.replay, speed=args.speed or 1.0)
+    else:
+        app = MemtopApp(args.socket, embedded=mode, demo=args.demo, embedded_interval=args.interval or 0.5)
     with TerminalWatch(lambda: _terminal_lost(app)):
         app.run()
     sys.exit(app.return_code or 0)

@@ -13,11 +13,15 @@ import bisect
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from memproto.frames import Sample, StackOk
 from memproto.records import Alert, DaemonStatus, GpuInfo, Headroom, ProcessInfo, ProcessSample, Series
 from memproto.series import PeakSeries
-from memproto.vocabulary import AlertKind, AlertState
+from memproto.vocabulary import AlertKind, AlertState, StackState
+
+if TYPE_CHECKING:
+    from memproto.records import HostMemory, StackDump
 
 MiB = 1024 * 1024
 
@@ -242,6 +246,8 @@ class FleetModel:
         #: Firing alerts by id, and ended or one-off ones, newest first.
         self.alerts: dict[int, Alert] = {}
         self.recent_alerts: list[Alert] = []
+        #: The stack at each process's peak, from a recording (memtop --replay).
+        self.peak_stacks: dict[Key, StackDump] = {}
 
     # ------------------------------------------------------------------ frames in
 
@@ -269,6 +275,7 @@ class FleetModel:
 
     def remove(self, pid: int, start_time: float) -> None:
         self._procs.pop((pid, start_time), None)
+        self.peak_stacks.pop((pid, start_time), None)
 
     def mark_exited(self, pid: int, start_time: float, peak: int) -> None:
         proc = self._procs.get((pid, start_time))
@@ -311,8 +318,25 @@ class FleetModel:
         self.apply_stack_state(reply.pid, reply.start_time, reply.state)
 
     def stack_for(self, key: Key | None) -> StackOk | None:
+        """The last stack reply for ``key``; else, in a replay, its recorded stack at peak
+        (a recording has no replies: the pane shows what it can)."""
         s = self.stack
-        return s if s is not None and key == (s.pid, s.start_time) else None
+        if s is not None and key == (s.pid, s.start_time):
+            return s
+        dump = self.peak_stacks.get(key) if key is not None else None
+        if dump is None or key is None:
+            return None
+        return StackOk(0, key[0], key[1], StackState.OK, None, None, dump, [], [])
+
+    def apply_peak_stack(self, pid: int, start_time: float, dump: StackDump) -> None:
+        """A recording's stack at a process's peak (``peak_stack``)."""
+        if (pid, start_time) in self._procs:
+            self.peak_stacks[(pid, start_time)] = dump
+
+    def apply_headroom(self, host: HostMemory, headroom: list[Headroom]) -> None:
+        """A recording's ``headroom`` frame: the part of a status it keeps."""
+        self.host = HostMem(host.total_bytes, host.available_bytes)
+        self.headroom = tuple(headroom)
 
     def apply_status(self, status: DaemonStatus) -> None:
         self.host = HostMem(status.host.total_bytes, status.host.available_bytes)

@@ -125,6 +125,11 @@ class Client:
     def close(self) -> None:
         self._sock.close()
 
+    def set_timeout(self, timeout: float | None) -> None:
+        """How long :meth:`recv` and a request wait from now on (``memagent record`` waits a
+        quarter of a second for a frame, so that it flushes and stops on time)."""
+        self._sock.settimeout(timeout)
+
     def send(self, frame: Frame) -> None:
         try:
             self._sock.sendall(frame_bytes(encode(frame)))

@@ -39,18 +39,28 @@ from .args import (
 from .args import pid_arg as _pid
 from .commands import COMMANDS as CLIENT_COMMANDS
 from .commands import STATUS_EPILOG
+from .history_cmd import COMMANDS as HISTORY_COMMANDS
+from .history_cmd import add_parser as add_history_parser
 from .install_service import COMMANDS as INSTALL_COMMANDS
 from .install_service import add_parsers as add_install_parsers
+from .plot import COMMANDS as PLOT_COMMANDS
+from .plot import add_parser as add_plot_parser
+from .record_cmd import COMMANDS as RECORD_COMMANDS
+from .record_cmd import add_parser as add_record_parser
+from .recorded import RecordingUnavailable
 from .report import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_NO_DAEMON,
     EXIT_OK,
     EXIT_USAGE,
+    NO_RECORDING,
     UNEXPECTED,
     USAGE,
     fail,
 )
+from .report_cmd import COMMANDS as REPORT_COMMANDS
+from .report_cmd import add_parser as add_report_parser
 
 
 def _setting(key: str) -> Callable[[str], object]:
@@ -97,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-netlink", action="store_true",
                    help="do not listen to the kernel's process events (fork, exec, exit records): poll /proc only")
     d.add_argument("--no-stacks", action="store_true", help="do not read Python stacks with py-spy")
+    d.add_argument("--no-record", action="store_true",
+                   help="no flight recorder (the sample stream and events kept on disk in the state directory)")
     d.add_argument("--py-spy", type=_setting("stacks.py_spy"), metavar="PATH",
                    help="py-spy executable (default: on PATH, then beside Python)")
     d.add_argument("--stack-budget", type=_setting("stacks.budget"), metavar="PER_SECOND",
@@ -135,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", parents=[common], help="run a demo fleet under an agent, print ls each second")
     demo.add_argument("--seconds", type=seconds_arg, default=None, help="stop after this long")
+    add_history_parser(sub, client)  # history (cli/history_cmd.py)
+    add_record_parser(sub, client)  # record (cli/record_cmd.py)
+    add_report_parser(sub, client)  # report (cli/report_cmd.py)
+    add_plot_parser(sub, client)  # plot (cli/plot.py)
     add_install_parsers(sub)  # install-service, completion
     return parser
 
@@ -179,6 +195,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **CLIENT_COMMANDS,
     "check-config": cmd_check_config,
     "demo": cmd_demo,
+    **HISTORY_COMMANDS,
+    **RECORD_COMMANDS,
+    **REPORT_COMMANDS,
+    **PLOT_COMMANDS,
     **INSTALL_COMMANDS,
 }
 
@@ -211,6 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, RequestFailed):  # the daemon refused a request about one PID (stack): it names it
             pid = getattr(args, "pid", None)
         status = EXIT_NO_DAEMON if code == ClientErrorCode.CANNOT_CONNECT else EXIT_FAILED
+    except RecordingUnavailable as exc:  # history, report: no recording to read (exit 1)
+        code, message = NO_RECORDING, str(exc)
+        line = f"memagent {args.command}: {message}"
     except ProtocolError as exc:
         code, message = ClientErrorCode.BAD_REPLY, str(exc)
         line = f"memagent: {message}"

@@ -22,6 +22,8 @@ from .timeline import Timeline, build_timeline, parse_when
 
 #: The recorder's directory inside the state directory (memagent.serve.recorder).
 RECORD_SUBDIR = "record"
+#: The last second of the year 9999 UTC: the latest time ``--since``/``--until`` may name.
+LATEST = 253_402_300_799.0
 
 
 class RecordingUnavailable(Exception):
@@ -48,6 +50,9 @@ def window(args: argparse.Namespace, prog: str, now: float | None = None) -> tup
             out.append(None if text is None else parse_when(text, now))
         except ValueError as exc:
             raise UsageError(prog, f"--{flag}: {exc}") from None
+        t = out[-1]
+        if t is not None and not 0 <= t <= LATEST:  # else iso() of it fails (OverflowError), far past any recording
+            raise UsageError(prog, f"--{flag}: {text!r} is before 1970 or after the year 9999")
     since, until = out
     if since is not None and until is not None and until < since:
         raise UsageError(prog, "--until is before --since")

@@ -65,6 +65,10 @@ def status_lines(status: DaemonStatus) -> list[str]:
                      f"{human_bytes(hr.capacity_bytes)} ({ratio})" + (" [configured]" if hr.configured else ""))
     lines.append(f"process events: {printable(status.process_events)}"
                  + (f" ({printable(status.process_events_note)})" if status.process_events_note else ""))
+    where = f" in {printable(status.recording_dir)}" if status.recording_dir else ""
+    lines.append(f"flight recorder: {printable(status.recording)}"
+                 + (f", {human_bytes(status.recording_bytes)}{where}" if status.recording != "off" else "")
+                 + (f" ({printable(status.recording_note)})" if status.recording_note else ""))
     if status.pressure is not None:
         lines.append(f"memory pressure (PSI some avg10): {status.pressure:.1f}%")
     for a in status.alerts_active:

@@ -35,6 +35,8 @@ EXIT_INTERRUPTED: Final = 130
 USAGE: Final = "usage"
 #: The command failed in a way it does not expect: a bug of the client (exit 1).
 UNEXPECTED: Final = "unexpected"
+#: ``history``, ``report``, ``plot``: no recording to read, or not a recording (exit 1).
+NO_RECORDING: Final = "no-recording"
 
 
 def print_json(value: object) -> None:

@@ -131,6 +131,7 @@ def build_timeline(frames: Iterable[Frame], *, since: float | None = None, until
     tl = Timeline()
     want = _Filter(pids, labels)
     known: dict[Key, Attached] = {}  # every process attached, wanted or not (labels decide later)
+    peak_stacks: dict[Key, StackDump] = {}
 
     def inside(t: float) -> bool:
         return (since is None or t >= since) and (until is None or t <= until)
@@ -160,13 +161,16 @@ def build_timeline(frames: Iterable[Frame], *, since: float | None = None, until
                                              or frame.alert.pid in want.pids or want.labels):
                 tl.alerts.append(frame.alert)
         elif isinstance(frame, PeakStack):
-            track = tl.tracks.get((frame.pid, frame.start_time))
-            if track is not None and inside(frame.dump.time):
-                track.peak_stack = frame.dump
+            # Kept by key: a segment's keyframe has it before the process's first sample.
+            if inside(frame.dump.time):
+                peak_stacks[(frame.pid, frame.start_time)] = frame.dump
         elif isinstance(frame, HeadroomSnapshot):
             if inside(frame.time):
                 tl.headroom.append(frame)
                 tl.capacity_bytes = frame.host.total_bytes or tl.capacity_bytes
+    for key, dump in peak_stacks.items():
+        if key in tl.tracks:
+            tl.tracks[key].peak_stack = dump
     return tl
 
 

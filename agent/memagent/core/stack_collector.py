@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Collection
 
+from memproto.records import StackDump
 from memproto.vocabulary import StackState, StackTrigger
 
 from ..config import StackConfig
@@ -45,6 +46,8 @@ class StackCollector:
         self.config = config
         self.py_spy = find_py_spy(config.py_spy) if config.enabled else None
         self.on_state = on_state or (lambda w, message: None)
+        #: Told of each new stack at a process's peak (the flight recorder keeps them).
+        self.on_peak_stack: Callable[[Watched, StackDump], None] = lambda w, dump: None
         self.bucket = TokenBucket(config.budget, config.burst)
         self.stacks: dict[Key, ProcessStacks] = {}
         self.dumps_started = 0
@@ -217,7 +220,10 @@ class StackCollector:
         if result.dump is None:
             self._set_state(w, result.state, result.message)
             return
-        self.of(w).record(with_attribution(result.dump))
+        ps, dump = self.of(w), with_attribution(result.dump)
+        ps.record(dump)
+        if ps.at_peak is dump:
+            self.on_peak_stack(w, dump)
         self._set_state(w, StackState.OK, None)
 
     @staticmethod

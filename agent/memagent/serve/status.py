@@ -26,6 +26,7 @@ from ..core.sampler import Ticker
 from ..core.stack_collector import StackCollector
 from ..proc.procfs import ProcFS
 from .access import Access, alert_for, headroom_for, own_pids
+from .recorder import FlightRecorder
 from .server import Server
 
 
@@ -43,6 +44,8 @@ class StatusReport:
     stacks: StackCollector
     alerts: AlertEngine
     events: ProcessEvents
+    #: The flight recorder (set by the agent once the state directory is open); None: off.
+    recorder: FlightRecorder | None = None
 
     def build(self, access: Access) -> DaemonStatus:
         visible = self.registry.visible(access.may_watch)
@@ -54,7 +57,7 @@ class StatusReport:
             swap_total_bytes=mem.get("SwapTotal", 0),
             swap_free_bytes=mem.get("SwapFree", 0),
         )
-        stacks = self.config.stacks
+        stacks, rec = self.config.stacks, self.recorder
         return DaemonStatus(
             software=SOFTWARE,
             pid=os.getpid(),
@@ -84,6 +87,11 @@ class StatusReport:
             process_events_note=self.events.note if self.events.overruns == 0 else
             f"{self.events.overruns} socket overruns: events lost (the /proc scan covers missed forks)",
             faults=self.procfs.faults,
+            # Where the recorder writes: only to a client that sees all.
+            recording=rec.state if rec else "off",
+            recording_dir=rec.path if rec and access.sees_all else None,
+            recording_bytes=rec.total_bytes if rec else 0,
+            recording_note=rec.note(access.sees_all) if rec else None,
         )
 
 

@@ -8,6 +8,7 @@ markup is parsed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -18,6 +19,9 @@ from memproto.units import format_size
 
 from .. import format as fmt
 from ..model import Snapshot
+
+if TYPE_CHECKING:
+    from ..replay import ReplayState
 
 EMBEDDED_NOTE = "embedded agent — run `memagent daemon` for always-on monitoring and alerts"
 
@@ -50,6 +54,8 @@ class MemHeader(Widget):
     # header's height changes only with the number of GPUs or the embedded note.
     snapshot: reactive[Snapshot] = reactive(Snapshot)
     link: reactive[LinkState] = reactive(LinkState)
+    #: In a replay (``memtop --replay``): what the status line says instead of the link's.
+    replay: reactive[ReplayState | None] = reactive(None)
     _lines = 0
 
     def _check_height(self) -> None:
@@ -75,7 +81,10 @@ class MemHeader(Widget):
         long (wrapped, it would push the Σ peaks gauge off the header)."""
         link, snap = self.link, self.snapshot
         text = Text("memtop ", style="bold", no_wrap=not link.connected, overflow="ellipsis")
-        if link.connected:
+        if self.replay is not None:  # one line: the header's height does not follow a wrap
+            text.no_wrap = True
+            text.append_text(self.replay.status())
+        elif link.connected:
             text.append("● ", style="green")
             text.append("embedded agent" if link.embedded else link.path)
         else:

@@ -1,0 +1,207 @@
+"""What ``memagent plot`` draws, made once from a :class:`~.timeline.Timeline` and shared by
+its two renderers (matplotlib for PNG/SVG, the canvas of the HTML page): the series per
+process, the Σ peaks, the capacity, the alerts and the exits.
+
+A recording may hold far more points than a picture has pixels (a week at 0.5 s is 1.2
+million per process). :func:`decimate` keeps, for each of at most ``buckets`` equal time
+slices, the lowest and the highest point in the order they came: a line drawn through
+them looks the same at that width, and no peak is ever lost.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from memproto.text import printable
+from memproto.units import format_size
+
+from .timeline import Timeline, Track
+
+Point = tuple[float, int]
+
+#: Time slices kept per series: about two per horizontal pixel of a 1400 px wide plot.
+DEFAULT_BUCKETS = 2000
+#: Processes drawn in colour and named in the legend: the highest RSS peaks, and the
+#: highest GPU peaks (when not among those already); the others are thin grey lines.
+COLOURED_RSS = 10
+COLOURED_GPU = 5
+COLOURED = COLOURED_RSS + COLOURED_GPU
+
+
+def decimate(points: Sequence[Point], buckets: int = DEFAULT_BUCKETS) -> list[Point]:
+    """At most ``2 * buckets`` of ``points`` (sorted by time): per equal slice of the time
+    range, the lowest and the highest, in time order (one point where they are the same).
+    The first and last points are always kept; fewer points than that come back as they are."""
+    n = len(points)
+    if n <= 2 * buckets or buckets < 1:
+        return list(points)
+    t0, t1 = points[0][0], points[-1][0]
+    width = (t1 - t0) / buckets or 1.0
+    out: list[Point] = []
+    lo = hi = points[0]
+    lo_at = hi_at = 0
+    current = 0
+    for i, p in enumerate(points):
+        b = min(int((p[0] - t0) / width), buckets - 1)
+        if b != current:
+            out.extend(_pair(lo, lo_at, hi, hi_at))
+            lo = hi = p
+            lo_at = hi_at = i
+            current = b
+            continue
+        if p[1] < lo[1]:
+            lo, lo_at = p, i
+        if p[1] > hi[1]:
+            hi, hi_at = p, i
+    out.extend(_pair(lo, lo_at, hi, hi_at))
+    if out[0] != points[0]:
+        out.insert(0, points[0])
+    if out[-1] != points[-1]:
+        out.append(points[-1])
+    return out
+
+
+def _pair(lo: Point, lo_at: int, hi: Point, hi_at: int) -> list[Point]:
+    if lo_at == hi_at:
+        return [lo]
+    return [lo, hi] if lo_at < hi_at else [hi, lo]
+
+
+@dataclass
+class ProcessSeries:
+    """One process, ready to draw."""
+
+    pid: int
+    start_time: float
+    title: str
+    name: str
+    label: str | None
+    cmdline: list[str]
+    rss: list[Point]
+    #: Only the samples where the GPU memory was known.
+    vram: list[Point]
+    #: How many samples the recording had for it (``rss`` may hold fewer: decimated).
+    samples: int
+    peak_bytes: int
+    peak_time: float | None
+    peak_exact: bool
+    vram_peak_bytes: int | None
+    vram_peak_time: float | None
+    exited_at: float | None
+    #: Its colour (an index into the renderers' palette of :data:`COLOURED`), or ``None``:
+    #: a thin grey line, not in the legend.
+    colour: int | None = None
+
+    @property
+    def last_rss(self) -> int | None:
+        return self.rss[-1][1] if self.rss else None
+
+
+@dataclass
+class AlertMark:
+    id: int
+    time: float
+    kind: str
+    severity: str
+    state: str
+    message: str
+    pid: int | None
+
+
+@dataclass
+class PlotData:
+    host: str
+    interval: float
+    first: float
+    last: float
+    #: Sample frames in the window.
+    samples: int
+    processes: list[ProcessSeries]
+    sum_peaks: list[Point]
+    capacity_bytes: int | None
+    alerts: list[AlertMark] = field(default_factory=list)
+
+    @property
+    def has_vram(self) -> bool:
+        return any(p.vram for p in self.processes)
+
+    @property
+    def rss_top(self) -> int:
+        """The highest value of the RSS panel."""
+        return max([p.peak_bytes for p in self.processes] + [b for p in self.processes for _, b in p.rss], default=0)
+
+    @property
+    def vram_top(self) -> int:
+        values = [p.vram_peak_bytes or 0 for p in self.processes] + [b for p in self.processes for _, b in p.vram]
+        return max(values, default=0)
+
+    @property
+    def sum_top(self) -> int:
+        return max((b for _, b in self.sum_peaks), default=0)
+
+    def show_capacity(self) -> bool:
+        """Whether the capacity line is drawn (over the Σ peaks): only when they reach a
+        quarter of it. A 1 GiB job on a 512 GiB host would otherwise be a flat line at the
+        bottom of its panel; the legend then gives the capacity in words instead."""
+        return self.capacity_bytes is not None and self.sum_top * 4 >= self.capacity_bytes
+
+
+def _series(track: Track, buckets: int) -> ProcessSeries:
+    rss = list(zip(track.times, track.rss, strict=True))
+    vram = [(t, v) for t, v in zip(track.times, track.vram, strict=True) if v is not None]
+    return ProcessSeries(
+        pid=track.pid, start_time=track.start_time, title=track.title, name=track.name, label=track.label,
+        cmdline=list(track.cmdline), rss=decimate(rss, buckets), vram=decimate(vram, buckets),
+        samples=len(track.times), peak_bytes=track.peak_bytes, peak_time=track.peak_time,
+        peak_exact=track.peak_exact, vram_peak_bytes=track.vram_peak_bytes, vram_peak_time=track.vram_peak_time,
+        exited_at=track.exited_at,
+    )
+
+
+def plot_data(timeline: Timeline, buckets: int = DEFAULT_BUCKETS) -> PlotData | None:
+    """The picture's data, processes by peak (highest first); ``None`` when the window holds
+    no sample."""
+    if timeline.first is None or timeline.last is None or not timeline.sum_peaks:
+        return None
+    processes = [_series(t, buckets) for t in timeline.by_peak()]
+    gpu = sorted((p for p in processes if p.vram_peak_bytes), key=lambda p: p.vram_peak_bytes or 0, reverse=True)
+    coloured = {id(p) for p in processes[:COLOURED_RSS] + gpu[:COLOURED_GPU]}
+    for n, p in enumerate(p for p in processes if id(p) in coloured):
+        p.colour = n
+    return PlotData(
+        host=timeline.host, interval=timeline.interval, first=timeline.first, last=timeline.last,
+        samples=len(timeline.sum_peaks), processes=processes, sum_peaks=decimate(timeline.sum_peaks, buckets),
+        capacity_bytes=timeline.capacity_bytes,
+        alerts=[AlertMark(a.id, a.time, a.kind, a.severity, a.state, a.message, a.pid) for a in timeline.alerts],
+    )
+
+
+def binary_ticks(top: int, most: int = 7) -> list[int]:
+    """Y ticks from 0 to past ``top``, at most ``most`` of them, a power of two of bytes
+    apart (``64 MiB``, ``256 MiB``, ``2 GiB``): every label is exact in the binary units
+    ``memagent ls`` shows."""
+    top = max(top, 1)
+    step = 1
+    while -(-top // step) > most - 1:
+        step *= 2
+    return [i * step for i in range(-(-top // step) + 1)]
+
+
+def tick_label(n: int) -> str:
+    """An axis label: ``256 MiB``, ``1 GiB``, ``1.5 GiB`` (no trailing zeros)."""
+    text = format_size(n, long=True)
+    number, _, unit = text.partition(" ")
+    if "." in number:
+        number = number.rstrip("0").rstrip(".")
+    return f"{number} {unit}".strip()
+
+
+def title(data: PlotData) -> str:
+    """``memagent · HOST · 2026-11-30 14:00:00 → 14:30:00 (0:30:00)``, in local time."""
+    first, last = dt.datetime.fromtimestamp(data.first), dt.datetime.fromtimestamp(data.last)
+    end = f"{last:%H:%M:%S}" if first.date() == last.date() else f"{last:%Y-%m-%d %H:%M:%S}"
+    span = dt.timedelta(seconds=round(data.last - data.first))
+    host = printable(data.host) or "unknown host"
+    return f"memagent · {host} · {first:%Y-%m-%d %H:%M:%S} → {end} ({span})"

@@ -1,0 +1,354 @@
+"""The flight recorder: the daemon's sample stream and events, appended to segment files
+in ``<state_dir>/record`` (the format: :mod:`memproto.recording`, docs/recording.md).
+
+Off the tick. The tick only queues frames in memory (:meth:`FlightRecorder.sample`, the
+event methods: a ``SegmentWriter.add*``, microseconds); once a second :meth:`flush` takes
+what is queued and hands it to the recorder's one I/O thread, which compresses it into a
+``batch`` frame and appends it with one ``write``. The thread runs the recorder's file
+operations one at a time in the order given (:mod:`memagent.serve.record_files`), so a
+write, a rotation and the close at shutdown never interleave, whatever the event loop does.
+
+Bounded. A segment ends at ``[record] segment_bytes`` (derived from ``max_bytes``) or after
+an hour; then the oldest segments are dropped until the others and the new one's room fit
+in ``max_bytes``. What waits to be written is bounded too (:data:`MAX_PENDING`): past it
+(a disk that does not keep up) the queued frames are dropped and counted, and the next
+sample lists every row again, so what is on disk still reads right.
+
+A SIGKILL at any moment leaves each segment readable: at most its last batch cut short,
+which the reader reports and skips. A write that fails (a full disk: ENOSPC, EDQUOT,
+EFBIG; EROFS, EIO) cuts the segment back to its last whole frame and *pauses* recording:
+one warning line, ``status`` says "paused" and why, sampling and serving go on; every
+``retry_interval`` a new segment (with its keyframe) is tried, and the first that works
+is one info line and recording "on" again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from memproto.frames import AlertRaised, Attached, Detached, Exited, Frame, StackStateChanged
+from memproto.recording import FORMAT_VERSION, HeadroomSnapshot, PeakStack, SegmentHeader, SegmentWriter
+from memproto.records import Alert, Headroom, HostMemory, StackDump
+from memproto.version import PROTOCOL_VERSION
+
+from .. import SOFTWARE
+from ..alerting.engine import AlertEngine
+from ..config import MiB, RecordConfig
+from ..core.registry import Events, Registry
+from ..core.stack_collector import StackCollector
+from ..core.watched import Watched
+from ..proc.procfs import ProcFS
+from .record_files import RecordDirRefused, RecordFiles
+from .state import StateDir
+
+log = logging.getLogger(__name__)
+
+ON, PAUSED, OFF = "on", "paused", "off"
+#: Seconds between two batches written.
+FLUSH_EVERY = 1.0
+#: A segment is closed after this long even when small (a reader can skip whole hours).
+SEGMENT_SECONDS = 3600.0
+#: A headroom snapshot at least this often, and at most once a second when it moves.
+HEADROOM_EVERY = 10.0
+#: Bytes of frames waiting for the disk, at most (about 25 s of 1000 busy processes at 10 Hz).
+MAX_PENDING = 16 * MiB
+#: zlib level of the batches (6: the default; 9 saves ~3 % for twice the CPU).
+LEVEL = 6
+
+T = TypeVar("T")
+
+
+class EventTee:
+    """The registry's events, to each sink in turn (the server, then the recorder)."""
+
+    def __init__(self, *sinks: Events) -> None:
+        self.sinks = sinks
+
+    def attached(self, w: Watched) -> None:
+        for sink in self.sinks:
+            sink.attached(w)
+
+    def exited(self, w: Watched) -> None:
+        for sink in self.sinks:
+            sink.exited(w)
+
+    def detached(self, w: Watched) -> None:
+        for sink in self.sinks:
+            sink.detached(w)
+
+
+def _moved(old: list[tuple[str, int, int]], new: list[tuple[str, int, int]]) -> bool:
+    """Whether the headroom changed enough to be worth a snapshot: another set of resources,
+    or a capacity or a Σ of peaks moved by 1 % of the capacity (at least 1 MiB). A derived
+    capacity follows what unwatched processes use: it moves by bytes at every reading."""
+    if [r for r, _, _ in old] != [r for r, _, _ in new]:
+        return True
+    return any(max(abs(c0 - c1), abs(s0 - s1)) >= max(MiB, c1 // 100)
+               for (_, c0, s0), (_, c1, s1) in zip(old, new, strict=True))
+
+
+class FlightRecorder:
+    """What the daemon records, and the state the status reports (``recording``, its note)."""
+
+    def __init__(self, config: RecordConfig, state: StateDir | None, interval: float, *, registry: Registry,
+                 stacks: StackCollector, alerts: AlertEngine, procfs: ProcFS) -> None:
+        self.config = config
+        self.state_dir = state
+        self.interval = interval
+        self.registry = registry
+        self.stacks = stacks
+        self.alerts = alerts
+        self.procfs = procfs
+        self.state = OFF
+        self._off_note: str | None = None
+        if not config.enabled:
+            self._off_note = "disabled (--no-record, or [record] enabled = false)"
+        elif state is None:
+            self._off_note = "no state directory (state_dir = \"\", or a daemon on another socket than the default)"
+        self.files: RecordFiles | None = None
+        self.writer: SegmentWriter | None = None
+        #: Frames dropped because the disk did not keep up (not counting a pause).
+        self.dropped_frames = 0
+        self._io: ThreadPoolExecutor | None = None
+        self._stop = asyncio.Event()
+        self._prev_rows: Sequence[object] | None = None
+        self._started = 0.0
+        self._paused_since = 0.0
+        self._paused_why = ""
+        self._retry_at = 0.0
+        self._max_bytes = config.max_bytes
+        self._hr_seen: list[Headroom] | None = None
+        self._hr_marks: list[tuple[str, int, int]] = []
+        self._hr_at = float("-inf")
+
+    # ------------------------------------------------------------------ status
+
+    @property
+    def path(self) -> str | None:
+        return self.files.path if self.files is not None else None
+
+    @property
+    def total_bytes(self) -> int:
+        return self.files.total if self.files is not None else 0
+
+    def note(self, sees_all: bool = True) -> str | None:
+        """Why it is off or paused, for humans (the directory named only to those who see all)."""
+        if self.state == OFF:
+            return self._off_note
+        where = f" in {self.path}" if sees_all else ""
+        if self.state == PAUSED:
+            since = time.strftime("%H:%M:%S", time.localtime(self._paused_since))
+            return (f"{self._paused_why}{where} since {since}; sampling goes on; retrying every "
+                    f"{self.config.retry_interval:g} s")
+        if self.dropped_frames:
+            return f"{self.dropped_frames} frames dropped since start: the disk did not keep up"
+        return None
+
+    # ------------------------------------------------------------------ from the tick and the parts
+
+    def sample(self, seq: int, now: float, rows: Sequence[Sequence[object]]) -> None:
+        """The tick's rows (every process, unfiltered). A row object the sampler did not
+        rebuild is unchanged: only the others go to the writer's own comparison."""
+        writer = self.writer
+        if writer is None:
+            return
+        prev = self._prev_rows
+        changed = rows if prev is None or len(prev) != len(rows) else \
+            [r for r, p in zip(rows, prev, strict=True) if r is not p]
+        self._prev_rows = rows
+        writer.add_sample(seq, now, self.interval, changed)
+        self._headroom(now)
+        self._bound(writer)
+
+    def _headroom(self, now: float) -> None:
+        views = self.alerts.headroom
+        if (views is self._hr_seen or now - self._hr_at < 1.0) and now - self._hr_at < HEADROOM_EVERY:
+            return
+        self._hr_seen = views
+        marks = [(h.resource, h.capacity_bytes, h.sum_peaks_bytes) for h in views]
+        if (views or self._hr_marks) and (now - self._hr_at >= HEADROOM_EVERY or _moved(self._hr_marks, marks)):
+            self._hr_marks, self._hr_at = marks, now
+            self._add(self._snapshot(now))
+
+    def _snapshot(self, now: float) -> HeadroomSnapshot:
+        mem = self.procfs.meminfo()
+        host = HostMemory(mem.get("MemTotal", 0), mem.get("MemAvailable", mem.get("MemFree", 0)),
+                          mem.get("SwapTotal", 0), mem.get("SwapFree", 0))
+        return HeadroomSnapshot(now, host, list(self.alerts.headroom))
+
+    def _add(self, frame: Frame) -> None:
+        writer = self.writer
+        if writer is not None:
+            writer.add(frame)
+            self._bound(writer)
+
+    def _bound(self, writer: SegmentWriter) -> None:
+        if writer.pending_bytes > MAX_PENDING:
+            if not self.dropped_frames:
+                log.warning("flight recorder: the disk does not keep up; %d MiB of frames dropped (and counted)",
+                            writer.pending_bytes // MiB)
+            self.dropped_frames += writer.drop_pending()
+            self._prev_rows = None
+
+    def attached(self, w: Watched) -> None:
+        self._add(Attached(w.info()))
+
+    def exited(self, w: Watched) -> None:
+        self._add(Exited(w.pid, w.start_time, w.exited_at or 0.0, w.peak))
+
+    def detached(self, w: Watched) -> None:
+        self._add(Detached(w.pid, w.start_time))
+
+    def stack_state(self, w: Watched, message: str | None) -> None:
+        self._add(StackStateChanged(w.pid, w.start_time, w.stack_state or "", message))
+
+    def peak_stack(self, w: Watched, dump: StackDump) -> None:
+        self._add(PeakStack(w.pid, w.start_time, dump))
+
+    def alert(self, alert: Alert) -> None:
+        self._add(AlertRaised(alert))
+
+    def keyframe(self, now: float) -> list[Frame]:
+        """What a segment opens with, so that it reads on its own: every process known (in
+        attach order), the headroom, the stacks at peak, the alerts firing."""
+        entries = self.registry.entries
+        frames: list[Frame] = [Attached(w.info()) for w in entries.values()]
+        if self.alerts.headroom:
+            frames.append(self._snapshot(now))
+        for key, ps in self.stacks.stacks.items():
+            w = entries.get(key)
+            if w is not None and ps.at_peak is not None:
+                frames.append(PeakStack(w.pid, w.start_time, ps.at_peak))
+        frames.extend(AlertRaised(a) for a in self.alerts.book.active.values())
+        return frames
+
+    # ------------------------------------------------------------------ off the tick
+
+    async def _call(self, fn: Callable[..., T], *args: object) -> T:
+        assert self._io is not None
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def start(self) -> None:
+        """Open the directory and the first segment (before the first tick)."""
+        if self._off_note is not None or self.state_dir is None:
+            return
+        try:
+            self.files = RecordFiles(self.state_dir.fd, self.state_dir.path)
+        except (RecordDirRefused, OSError) as exc:
+            self._off_note = f"not recording: {exc}"
+            log.warning("flight recorder off: %s", exc)
+            return
+        self._io = ThreadPoolExecutor(1, thread_name_prefix="memagent-recorder")
+        self.state = ON
+        await self._begin(b"")
+        if self.state == ON:
+            log.info("flight recorder writing to %s (at most %d MiB, segments of %d KiB)", self.files.path,
+                     self.config.max_bytes // MiB, self.config.segment_size // 1024)
+
+    async def run(self) -> None:
+        """A batch a second until :meth:`stop`; then the last one, and the segment synced and closed."""
+        if self.files is None:
+            return
+        try:
+            while not self._stop.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), FLUSH_EVERY)
+                await self.flush()
+        finally:
+            await self._shut()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def flush(self) -> None:
+        files = self.files
+        assert files is not None
+        if self.writer is None:
+            if self.state == PAUSED and time.monotonic() >= self._retry_at:
+                await self._begin(b"")
+            return
+        raw = self.writer.take_raw()
+        if files.size >= self.config.segment_size or time.monotonic() - self._started >= SEGMENT_SECONDS \
+                or self.config.max_bytes != self._max_bytes:
+            await self._begin(raw)  # a new segment; the old one gets ``raw`` first
+            return
+        if raw:
+            try:
+                await self._call(files.append, raw, LEVEL)
+            except OSError as exc:
+                self._pause(exc)
+
+    async def _begin(self, tail: bytes) -> None:
+        """Close the current segment (after ``tail``, its last frames) and begin the next,
+        keyframe first. The new writer takes the tick's frames from now on: nothing is
+        lost between the two, and the thread writes them in this order."""
+        files = self.files
+        assert files is not None
+        now = time.time()
+        header = SegmentHeader(FORMAT_VERSION, os.uname().nodename, now, self.interval, list(PROTOCOL_VERSION),
+                               SOFTWARE, "daemon", os.getpid(), self.procfs.meminfo().get("MemTotal") or None,
+                               files.next_sequence)
+        writer = SegmentWriter(header, level=LEVEL)
+        for frame in self.keyframe(now):
+            writer.add(frame)
+        self.writer, self._prev_rows, self._max_bytes = writer, None, self.config.max_bytes
+        self._hr_at, self._hr_seen = now, self.alerts.headroom
+        self._hr_marks = [(h.resource, h.capacity_bytes, h.sum_peaks_bytes) for h in self._hr_seen]
+        keyframe = writer.take_raw()
+        try:
+            if tail:
+                await self._call(files.append, tail, LEVEL)
+            await self._call(files.begin, now, writer.header_bytes(), keyframe, LEVEL)
+        except OSError as exc:
+            self._pause(exc)
+            return
+        self._started = time.monotonic()
+        dropped = await self._call(files.enforce, self.config.max_bytes, self.config.segment_size)
+        if dropped:
+            log.debug("flight recorder: dropped %s", ", ".join(dropped))
+        if self.state == PAUSED:
+            log.info("flight recorder writing again to %s", files.path)
+        self.state = ON
+
+    def _pause(self, exc: OSError) -> None:
+        self.writer, self._prev_rows = None, None
+        self._retry_at = time.monotonic() + self.config.retry_interval
+        if self.state == PAUSED:
+            return
+        why = exc.strerror or str(exc)
+        self.state, self._paused_since, self._paused_why = PAUSED, time.time(), why[:1].lower() + why[1:]
+        log.warning("flight recorder paused: %s", self.note())
+        if self.files is not None:
+            self._io_submit(self.files.close_quietly)
+
+    def _io_submit(self, fn: Callable[[], None]) -> None:
+        if self._io is not None:
+            self._io.submit(fn)
+
+    async def _shut(self) -> None:
+        files, io = self.files, self._io
+        if files is None or io is None:
+            return
+        writer, self.writer = self.writer, None
+        raw = writer.take_raw() if writer is not None else b""
+        try:
+            if raw:
+                await self._call(files.append, raw, LEVEL)
+        except OSError as exc:
+            log.warning("flight recorder: the last frames not written: %s", exc.strerror or exc)
+        finally:
+            # After whatever was submitted (even if this task was cancelled): blocks the loop
+            # for one fdatasync, at shutdown only.
+            shut = io.submit(files.shut)
+            io.shutdown(wait=True)
+            self._io = None
+            failed = shut.exception()
+            if failed is not None:
+                log.warning("flight recorder: the last segment not synced: %s", failed)

@@ -1,0 +1,67 @@
+"""The data ``memagent plot`` draws (``cli/plot_data.py``), in process: decimation keeps
+every slice's extremes (no peak is lost), 100 000 points render in well under a second,
+the highest peaks get the colours."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from plot_recording import T0, GiB, MiB
+
+from memagent.cli import plot_html, plot_mpl
+from memagent.cli.plot_data import decimate, plot_data
+from memagent.cli.timeline import Timeline, Track
+
+# --------------------------------------------------------------------------- decimation
+
+
+def test_decimate_keeps_each_slices_extremes() -> None:
+    n, buckets = 100_000, 2000
+    points = [(T0 + i * 0.5, (i * 7919) % 10007 * MiB) for i in range(n)]  # no order to its values
+    kept = decimate(points, buckets)
+    assert len(kept) <= 2 * buckets + 2 and kept[0] == points[0] and kept[-1] == points[-1]
+    assert kept == sorted(set(kept)) and set(kept) <= set(points)  # a subsequence, in time order
+    width = (points[-1][0] - T0) / buckets
+    values: dict[int, list[int]] = {}
+    drawn: dict[int, list[int]] = {}
+    for source, into in ((points, values), (kept, drawn)):
+        for t, v in source:
+            into.setdefault(min(int((t - T0) / width), buckets - 1), []).append(v)
+    assert len(values) == buckets
+    for b, vs in values.items():  # every slice's lowest and highest value is drawn
+        assert (min(drawn[b]), max(drawn[b])) == (min(vs), max(vs))
+    assert decimate(points[:4000], buckets) == points[:4000]
+
+
+def test_100k_points_render_in_reasonable_time() -> None:
+    n = 100_000
+    rss = [(100 + i % 13) * MiB + (GiB if i == 77_777 else 0) for i in range(n)]
+    track = Track(pid=7, start_time=T0, name="big", times=[T0 + i * 0.5 for i in range(n)], rss=rss,
+                  vram=[None] * n, peak_bytes=max(rss), peak_time=T0 + 77_777 * 0.5)
+    tl = Timeline(host="big", interval=0.5, first=T0, last=track.times[-1], tracks={track.key: track},
+                  sum_peaks=list(zip(track.times, track.rss, strict=True)), capacity_bytes=None)
+    start = time.monotonic()
+    data = plot_data(tl)
+    assert data is not None
+    page = plot_html.render(data, "big")
+    svg = plot_mpl.render(data, "svg", (1400, 800))
+    assert time.monotonic() - start < 10
+    points = json.loads(re.findall(rb'id="memagent-data">(.*?)</script>', page)[0])["processes"][0]["rss"]
+    assert len(points) <= 4002 and max(points, key=lambda p: p[1]) == [T0 + 77_777 * 0.5, max(rss)]
+    assert b'id="rss-7"' in svg
+
+
+def test_the_highest_rss_and_gpu_peaks_are_coloured() -> None:
+    """Ten by RSS peak and five by GPU peak are drawn in colour; the rest in grey."""
+    tracks = {}
+    for pid in range(1, 21):  # RSS peaks rise with the PID; GPU memory only for 1-6, falling with it
+        tracks[(pid, T0)] = Track(pid=pid, start_time=T0, times=[T0], rss=[pid * MiB],
+                                  vram=[(10 - pid) * GiB if pid <= 6 else None], peak_bytes=pid * MiB,
+                                  peak_time=T0, vram_peak_bytes=(10 - pid) * GiB if pid <= 6 else None)
+    data = plot_data(Timeline(first=T0, last=T0, tracks=tracks, sum_peaks=[(T0, 210 * MiB)]))
+    assert data is not None
+    coloured = {p.pid: p.colour for p in data.processes if p.colour is not None}
+    assert sorted(coloured) == [1, 2, 3, 4, 5, *range(11, 21)]
+    assert [coloured[pid] for pid in (20, 11, 5, 1)] == [0, 9, 10, 14]  # by RSS peak, highest first

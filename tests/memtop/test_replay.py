@@ -1,0 +1,289 @@
+"""``memtop --replay``: the live screens driven by a recording (``replay_recording.py``: two
+segments written with the recorder's own encoder), through Pilot; the command line's
+one-line errors through the real ``memtop`` entry in a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from replay_recording import (
+    END,
+    EXIT_TIME,
+    EXPORTER,
+    HOST,
+    PEAK_BYTES,
+    PEAK_STACK,
+    PEAK_TIME,
+    SEGMENT2,
+    T0,
+    TRAINER,
+    peak_before,
+    write_recording,
+)
+from textual.pilot import Pilot
+
+from memtop.model import ProcRow
+from memtop.replay import TIMES, ReplayApp
+from memtop.replay_data import ReplayEngine, load_recording
+from memtop.widgets.header import MemHeader
+from memtop.widgets.stack import StackPanel
+from memtop.widgets.table import ProcessTable
+
+MEMTOP = shutil.which("memtop") or "memtop"
+
+
+@pytest.fixture(autouse=True)
+def utc() -> Iterator[None]:
+    """The header shows local time: pin the zone so that it reads the same everywhere."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+@pytest.fixture
+def recording(tmp_path: Path) -> Path:
+    folder = tmp_path / "recording"
+    write_recording(folder)
+    return folder
+
+
+class NotedReplay(ReplayApp):
+    """The replay app, keeping the one-line notices it shows."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.notes: list[str] = []
+
+    def notify(self, message: str, **kwargs: Any) -> None:  # type: ignore[override]
+        self.notes.append(message)
+        super().notify(message, **kwargs)
+
+
+async def until(pilot: Pilot[None], predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Let the app run until ``predicate`` holds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await pilot.pause(0.02)
+
+
+def row(app: ReplayApp, pid: int) -> ProcRow:
+    return next(r for r in app.query_one(ProcessTable).rows if r.pid == pid)
+
+
+def status_line(app: ReplayApp) -> str:
+    return str(app.query_one(MemHeader).render().renderables[0])  # type: ignore[attr-defined]
+
+
+async def seek(pilot: Pilot[None], app: ReplayApp, key: str, expected: float) -> None:
+    """Press ``key`` and wait until the replay shows ``expected`` (recorded seconds)."""
+    await pilot.press(key)
+    await until(pilot, lambda: app.replay.clock == expected and app.snapshot.time <= expected)
+
+
+async def test_seeking_shows_the_peak_as_it_was_then(recording: Path) -> None:
+    app = NotedReplay(str(recording), paused=True)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: not app.replay.loading and app.snapshot.rows != ())
+        assert app.replay.clock == T0 and app.replay.paused
+        status = status_line(app)
+        assert f"⏸ replay 2027-01-15 08:00:00 {TIMES}1" in status and HOST in status and "no daemon" in status
+        # +10 s three times: the peak's second. The table shows the recorded peak, the
+        # header its time, the stack pane the stack taken at it.
+        for n in (1, 2, 3):
+            await seek(pilot, app, "right", T0 + 10 * n)
+        assert app.replay.clock == PEAK_TIME
+        assert row(app, TRAINER).peak == PEAK_BYTES and row(app, TRAINER).rss == PEAK_BYTES
+        assert "replay 2027-01-15 08:00:30" in status_line(app)
+        assert app.selected_key == (TRAINER, row(app, TRAINER).start_time)
+        panel = app.query_one(StackPanel)
+        await until(pilot, lambda: panel.reply is not None)
+        assert panel.reply is not None and panel.reply.at_peak == PEAK_STACK
+        # Back 10 s: before the peak, the smaller peak of then, and no stack at peak yet.
+        await seek(pilot, app, "left", T0 + 20)
+        assert row(app, TRAINER).peak == peak_before(20) < PEAK_BYTES
+        assert panel.reply is None and "replay 2027-01-15 08:00:20" in status_line(app)
+        assert row(app, EXPORTER).alive and not app.snapshot.alerts
+        # A minute on (the second segment): the exporter has exited, the alert fired.
+        await seek(pilot, app, "shift+right", T0 + 80)
+        assert not row(app, EXPORTER).alive and row(app, TRAINER).peak == PEAK_BYTES
+        assert [a.state for a in app.model.recent_alerts] == ["resolved"]
+        await seek(pilot, app, "shift+left", T0 + 20)
+        assert row(app, TRAINER).peak == peak_before(20) and row(app, EXPORTER).alive
+        await seek(pilot, app, "end", END)
+        assert row(app, TRAINER).peak == PEAK_BYTES and "end" in status_line(app)
+        await seek(pilot, app, "home", T0)
+        assert row(app, TRAINER).peak == peak_before(0)
+        # Live requests: one line each, nothing else happens.
+        await pilot.press("a", "d", "r")
+        assert app.notes == ["attach needs a live daemon: this is a recording",
+                             "detach needs a live daemon: this is a recording",
+                             "reset peak needs a live daemon: this is a recording"]
+        assert len(app.screen_stack) == 1
+
+
+async def test_speed_keys_and_pause(recording: Path) -> None:
+    app = NotedReplay(str(recording), paused=True, speed=4)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: not app.replay.loading)
+        assert f"{TIMES}4" in status_line(app)
+        await pilot.press(*["plus"] * 6)
+        assert app.replay.speed == 64 and f"{TIMES}64" in status_line(app)
+        await pilot.press(*["minus"] * 8)
+        assert app.replay.speed == 1 and f"{TIMES}1 " in status_line(app)
+        await pilot.press("right_square_bracket", "right_square_bracket", "left_square_bracket")
+        assert app.replay.speed == 2
+        # Paused, the time holds.
+        held = app.replay.clock
+        await pilot.pause(0.3)
+        assert app.replay.clock == held
+        # Playing at 64x, it moves (and the header with it); paused again, it holds.
+        await pilot.press(*["plus"] * 5, "space")
+        assert "▶ replay" in status_line(app)
+        await until(pilot, lambda: app.replay.clock >= T0 + 20)
+        await pilot.press("space")
+        await until(pilot, lambda: app.replay.paused)
+        held = app.replay.clock
+        await pilot.pause(0.3)
+        assert app.replay.clock == held and "⏸ replay" in status_line(app)
+
+
+async def test_plays_to_the_end_in_recorded_time(recording: Path) -> None:
+    """At 64x the two minutes take about two seconds; the end holds, and the table then
+    shows what the recording ends with."""
+    app = NotedReplay(str(recording), speed=64)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: not app.replay.loading)
+        started = time.monotonic()
+        seen: list[float] = []
+
+        def ended() -> bool:
+            seen.append(app.replay.clock)
+            return app.replay.at_end
+
+        await until(pilot, ended)
+        took = time.monotonic() - started
+        assert 1.0 < took < 6.0, took  # 119 recorded seconds / 64
+        assert seen == sorted(seen) and len(set(seen)) > 10  # the clock moved on, step by step
+        assert app.replay.paused and row(app, TRAINER).peak == PEAK_BYTES and not row(app, EXPORTER).alive
+        assert app.snapshot.time == END
+        # Space at the end plays again from the start.
+        await pilot.press("space")
+        await until(pilot, lambda: app.replay.clock < EXIT_TIME)
+
+
+async def test_a_gap_is_crossed_in_about_a_second(tmp_path: Path) -> None:
+    write_recording(tmp_path, gap=3600)
+    app = NotedReplay(str(tmp_path), paused=True)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: not app.replay.loading)
+        await seek(pilot, app, "shift+right", T0 + 60)  # in the gap: the first segment's last sample shown
+        assert app.snapshot.time == T0 + 59
+        await pilot.press("space")
+        started = time.monotonic()
+        await until(pilot, lambda: app.snapshot.time >= SEGMENT2 + 3600)
+        assert time.monotonic() - started < 3.0
+        assert any(n.startswith("no data for 60 min (2027-01-15 08:00:59 to 2027-01-15 09:01:00)") for n in app.notes)
+
+
+async def test_a_cut_short_segment_plays_and_says_so(recording: Path) -> None:
+    first = sorted(recording.iterdir())[0]
+    first.write_bytes(first.read_bytes()[:-7])  # a recorder killed while writing its last batch
+    app = NotedReplay(str(recording), paused=True)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: not app.replay.loading and bool(app.notes))
+        assert "incomplete frame" in app.notes[0]
+        await seek(pilot, app, "end", END)
+        assert row(app, TRAINER).peak == PEAK_BYTES
+
+
+async def test_a_recording_that_cannot_be_read_is_said_in_the_header(tmp_path: Path) -> None:
+    """The command line checks first; a file gone meanwhile is said on the screen."""
+    app = NotedReplay(str(tmp_path / "gone.mrec"))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: bool(app.replay.error))
+        assert "replay of" in status_line(app) and "No such file or directory" in status_line(app)
+        assert app.notes == [f"cannot replay {tmp_path}/gone.mrec: No such file or directory"]
+
+
+def test_the_replay_screen(snap_compare: Any, recording: Path) -> None:
+    """Paused at the peak: the recorded time, speed and host in the header, the peak in the
+    table, the stack at the peak in the detail pane, the replay keys in the footer."""
+
+    async def at_peak(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, ReplayApp)
+        await until(pilot, lambda: not app.replay.loading)
+        app.replayer.seek_to(PEAK_TIME + 5)
+        await until(pilot, lambda: app.replay.clock == PEAK_TIME + 5)
+        await pilot.pause()
+
+    assert snap_compare(ReplayApp(str(recording), paused=True, speed=8), terminal_size=(120, 30),
+                        run_before=at_peak)
+
+
+def test_a_seek_builds_what_a_straight_play_showed(recording: Path) -> None:
+    """At every sample's time, in random order, from checkpoints or not: the same rows,
+    alerts and headroom as when the recording is played straight through."""
+    rec = load_recording(str(recording))
+    straight = ReplayEngine(rec)
+    moments = sorted({t for t in rec.times})
+    expected = {}
+    for t in moments:
+        straight.advance(t)
+        expected[t] = straight.model.snapshot()
+    seeker = ReplayEngine(rec, every=7.0)
+    order = moments * 2
+    random.Random(14).shuffle(order)
+    for t in order:
+        end = rec.index_after(t)
+        base, start = seeker.base_for(end)
+        seeker.install(seeker.build(base, start, end), end, t)
+        got = seeker.model.snapshot()
+        assert got.rows == expected[t].rows and got.alerts == expected[t].alerts, t
+        assert got.headroom == expected[t].headroom and got.time == expected[t].time
+    assert len(seeker._checkpoints) > 10  # the checkpoints were used
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--replay", "{missing}"], "memtop: cannot read {missing}: No such file or directory"),
+    (["--replay", "{text}"], "memtop: {text}: not a memagent recording"),
+    (["--replay", "{empty}"], "memtop: {empty}: no recording segments (*.mrec) in it"),
+])
+def test_a_file_that_does_not_play_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    """Checked before any screen: no terminal is needed to be told."""
+    names = {"missing": str(tmp_path / "nothing.mrec"), "text": str(tmp_path / "notes.txt"),
+             "empty": str(tmp_path / "empty")}
+    Path(names["text"]).write_text("not a recording\n")
+    Path(names["empty"]).mkdir()
+    r = subprocess.run([MEMTOP, *(a.format(**names) for a in args)], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=30)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == [message.format(**names)]
+
+
+@pytest.mark.parametrize(("extra", "flag"), [
+    (["--embedded"], "--embedded"), (["--no-embedded"], "--no-embedded"), (["--interval", "1"], "--interval"),
+])
+def test_replay_with_a_live_option_is_a_usage_error(recording: Path, extra: list[str], flag: str) -> None:
+    r = subprocess.run([MEMTOP, "--replay", str(recording), *extra], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=30)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[-1] == f"memtop: error: --replay plays a recording, without an agent: not with {flag}"
