@@ -289,3 +289,31 @@ def test_window_refuses_backwards_and_out_of_range() -> None:
     for far in ("@1e300", "99999999999w", "@-5"):
         with pytest.raises(UsageError, match="before 1970 or after the year 9999"):
             win(far, None)
+
+
+def test_a_pid_filter_cuts_the_timeline_to_that_process() -> None:
+    """`plot --pid` of an early process must not span the hours after it (nor Σ peaks)."""
+    import io
+
+    from memagent.cli.timeline import build_timeline
+    from memproto.recording import FORMAT_VERSION, SegmentHeader, SegmentReader, SegmentWriter
+
+    w = SegmentWriter(SegmentHeader(FORMAT_VERSION, "box", 1000.0, 1.0, [1, 6], "test"))
+    out = io.BytesIO()
+    out.write(w.header_bytes())
+    for t in range(20):
+        early = (7, 1.0, t < 5, 10 + t, 10 + t, 1, 0, None, None, True)
+        late = (8, 2.0, True, 50, 50, 1, 0, None, None, True)
+        w.add_sample(t + 1, 1000.0 + t, 1.0, [early, late])
+    out.write(w.take())
+    out.seek(0)
+    from memproto.recording import Playback
+
+    pb = Playback()
+    reader = SegmentReader(out)
+    frames = [pb.feed(reader.header), *(pb.feed(f) for f in reader)]
+    tl = build_timeline(frames, pids=[7])
+    assert (tl.first, tl.last) == (1000.0, 1005.0)  # alive 0-4, seen exited at 5
+    assert [t for t, _ in tl.sum_peaks] == [1000.0 + t for t in range(6)]
+    everyone = build_timeline(frames)
+    assert (everyone.first, everyone.last) == (1000.0, 1019.0)

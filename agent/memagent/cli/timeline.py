@@ -175,9 +175,10 @@ def build_timeline(frames: Iterable[Frame], *, since: float | None = None, until
 
 
 def _add_sample(tl: Timeline, frame: Sample, known: dict[Key, Attached], want: _Filter) -> None:
-    tl.first = frame.time if tl.first is None else tl.first
-    tl.last = frame.time
+    """One whole sample. With ``--pid``/``--label`` the timeline spans only the samples
+    where a process asked for is alive (or is first seen exited): not the whole recording."""
     total = 0
+    shown = want.everyone
     for r in frame.records():
         key = (r.pid, r.start_time)
         track = tl.tracks.get(key)
@@ -190,11 +191,13 @@ def _add_sample(tl: Timeline, frame: Sample, known: dict[Key, Attached], want: _
             if info is not None:
                 track.name, track.label, track.cmdline = info.process.name, label, list(info.process.cmdline)
         if r.alive:
+            shown = True
             total += r.rss_peak_bytes
             track.times.append(frame.time)
             track.rss.append(r.rss_bytes)
             track.vram.append(r.vram_bytes)
         elif track.exited_at is None:
+            shown = True
             track.exited_at = frame.time
         if r.rss_peak_bytes > track.peak_bytes or track.peak_time is None:
             track.peak_bytes, track.peak_time = r.rss_peak_bytes, frame.time
@@ -202,4 +205,7 @@ def _add_sample(tl: Timeline, frame: Sample, known: dict[Key, Attached], want: _
         vram_peak = r.vram_peak_bytes
         if vram_peak is not None and (track.vram_peak_bytes is None or vram_peak > track.vram_peak_bytes):
             track.vram_peak_bytes, track.vram_peak_time = vram_peak, frame.time
-    tl.sum_peaks.append((frame.time, total))
+    if shown:
+        tl.first = frame.time if tl.first is None else tl.first
+        tl.last = frame.time
+        tl.sum_peaks.append((frame.time, total))
