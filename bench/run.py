@@ -14,6 +14,7 @@ Prints a report; asserts nothing. See bench/README.md for what each number means
 9. what a PSS read costs, per GiB and per second at 100 processes   (pss_cost.py)
 10. the daemon's whole-process CPU per process-sample, against psutil (daemon_cpu.py)
 11. the flight recorder: bytes per hour and its cost, 100 processes at 0.5 s (record_size.py)
+12. peaks against the anchor, mprof run at 0.1 s, on a spiky workload  (mprof_compare.py)
 
 All watched processes are children of this process in one process group, killed on the
 way out whatever happens (SIGTERM included).
@@ -51,6 +52,7 @@ PARTS_ALONE = (
     ("9. PSS read cost at 100 processes", "pss_cost.py"),
     ("10. daemon CPU per process-sample at 1000 idle processes, 10 Hz", "daemon_cpu.py"),
     ("11. flight recorder: bytes per hour and cost, 100 processes at 0.5 s", "record_size.py"),
+    ("12. peaks against mprof run (0.1 s) on a spiky workload", "mprof_compare.py"),
 )
 PYTHONS = 20
 
