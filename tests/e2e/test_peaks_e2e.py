@@ -61,7 +61,10 @@ def test_reset_peaks_leaves_the_targets_own_peak_alone(daemon: Daemon, make_targ
         # --kernel: the kernel's mark restarts, and with it what the target reports.
         r = memagent_cli("reset-peaks", "--kernel", "--socket", daemon.socket, str(t.pid), "--json")
         assert r.returncode == 0, r.stderr
-        assert maxrss(t) < 100 * MiB
+        # The kernel's mark restarts at the current RSS. (What getrusage reports can stay
+        # higher: it is also the max with signal->maxrss, which the kernel raises whenever
+        # any thread of the process exits; CI saw the first spike's 144 MiB there twice.)
+        assert t.status_kb("VmHWM") * 1024 < 100 * MiB
         info = listed(c, t.pid, lambda p: True)
         assert info.rss_peak_exact and info.rss_peak_bytes < 100 * MiB
 

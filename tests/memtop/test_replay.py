@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,7 +38,8 @@ from memtop.widgets.header import MemHeader
 from memtop.widgets.stack import StackPanel
 from memtop.widgets.table import ProcessTable
 
-MEMTOP = shutil.which("memtop") or "memtop"
+#: The installed entry point beside this interpreter (PATH may not have the venv on it, as in CI).
+MEMTOP = str(Path(sys.executable).parent / "memtop")
 
 
 @pytest.fixture(autouse=True)
