@@ -1,0 +1,377 @@
+"""``memagent run [--budget-rss SIZE] [--budget-vram SIZE] [--per-process] ... -- CMD ARGS…``:
+run CMD under an embedded agent that watches it and all its descendants, judge their peaks
+against a budget, and exit with CMD's status (or 3: over budget).
+
+How CMD is watched from its first instant, without ptrace: a child is forked that waits on
+a pipe, the embedded agent attaches it (``children``: its descendants too, from their
+fork), then the pipe releases it and it execs CMD. ``memagent run`` is a child subreaper,
+so CMD's orphans are reparented to it (and reaped by it) rather than to init. SIGINT,
+SIGTERM and SIGHUP are forwarded to CMD (not a terminal's Ctrl-C, which CMD gets itself:
+it shares the foreground process group). The figures come over the agent's socket as for
+any client (the judge and the outputs: :mod:`.run_report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+
+from memproto.client_side import ClientError, ConnectionLost, DaemonTimeout, RequestFailed
+from memproto.frames import Attached, Exited, Frame, Sample
+from memproto.records import DaemonStatus, GrowthSite, StackDump
+from memproto.text import printable
+
+from ..config_schema import parse_size
+from ..errors import ConfigError, MemagentError
+from .args import Parser, UsageError, seconds_arg
+from .client import Client
+from .record_cmd import Recording, RecordFailed, check_output, create
+from .render import human_bytes
+from .run_report import Budget, Outcome, ProcessPeak, excess, summary_lines, write_outputs
+
+PROG = "memagent run"
+EXIT_OVER_BUDGET = 3
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+WATCHED_SIGNALS = {*FORWARDED, signal.SIGCHLD}
+#: How long one wait for a frame lasts (signals and CMD's exit are looked at in between).
+WAKE = 0.1
+#: ``si_code`` of a signal the kernel sent (a terminal's Ctrl-C: CMD got it too).
+SI_KERNEL = 0x80
+PR_SET_CHILD_SUBREAPER = 36
+
+EPILOG = ("Exit status: CMD's own when within budget; 3 when over (--over-budget-status N); 126/127 when CMD "
+          "cannot be executed / is not found; 128+n when CMD died of signal n; 2 on a usage error. The budget "
+          "applies to the sum of the tree's share-adjusted peaks (--per-process: to each process). "
+          "SIZE: 512MiB, 2G, 1.5GiB, bytes.")
+
+
+def size_arg(text: str) -> int:
+    try:
+        return parse_size(text, "SIZE")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(printable(exc.reason)) from None
+
+
+def status_arg(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an exit status: {text!r}") from None
+    if not 0 <= n <= 255:
+        raise argparse.ArgumentTypeError(f"not an exit status: {text!r} (0 to 255)")
+    return n
+
+
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
+    p = sub.add_parser("run", help="run a command under a memory budget (no daemon needed)",
+                       description="Run CMD watched with all its descendants by an embedded agent; print "
+                                   "the peaks on exit and fail when over budget.", epilog=EPILOG)
+    p.add_argument("--budget-rss", type=size_arg, metavar="SIZE", help="budget for the Σ of RSS peaks")
+    p.add_argument("--budget-vram", type=size_arg, metavar="SIZE", help="budget for the Σ of VRAM peaks")
+    p.add_argument("--per-process", action="store_true", help="apply the budgets to each process instead")
+    p.add_argument("--interval", type=seconds_arg, default=0.1, metavar="SECONDS", help="sample interval (0.1)")
+    p.add_argument("--report", metavar="FILE", help="write the summary as JSON")
+    p.add_argument("--record", metavar="FILE", help="write a recording (docs/recording.md)")
+    p.add_argument("--junit", metavar="FILE", help="write a JUnit XML test case (failed when over budget)")
+    p.add_argument("--over-budget-status", type=status_arg, default=EXIT_OVER_BUDGET, metavar="N",
+                   help="exit status when over budget (3)")
+    p.add_argument("--kill-over-budget", action="store_true", help="kill CMD and its descendants once over budget")
+    p.add_argument("--progress", action="store_true", help="one line a second on stderr while CMD runs")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
+
+
+def _subreaper() -> None:
+    """Become a child subreaper: CMD's orphans come to us, not to init (best effort)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class Child:
+    """CMD, forked now and held before its exec until :meth:`release`."""
+
+    def __init__(self, argv: list[str], mask: set[signal.Signals]) -> None:
+        go_r, go_w = os.pipe()
+        err_r, err_w = os.pipe()  # close-on-exec: EOF tells the exec succeeded
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child: restore the mask, wait, exec
+            code = 127
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                os.close(go_w)
+                os.close(err_r)
+                if os.read(go_r, 1):
+                    try:
+                        os.execvp(argv[0], argv)
+                    except OSError as exc:
+                        code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
+                        os.write(err_w, f"{exc.errno}".encode())
+            finally:
+                os._exit(code)
+        os.close(go_r)
+        os.close(err_w)
+        self.pid, self._go, self._err = pid, go_w, err_r
+        self.wait_status: int | None = None
+
+    def release(self) -> str | None:
+        """Let it exec; why it could not (``strerror``), or None once it did."""
+        os.write(self._go, b"x")
+        os.close(self._go)
+        data = os.read(self._err, 64)
+        os.close(self._err)
+        return os.strerror(int(data)) if data else None
+
+    def abandon(self) -> None:
+        os.close(self._go)  # EOF: it exits without exec
+        os.close(self._err)
+        self.reap(block=True)
+
+    def reap(self, block: bool = False) -> bool:
+        if self.wait_status is None:
+            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+            if pid:
+                self.wait_status = status
+        return self.wait_status is not None
+
+    @property
+    def exit_code(self) -> int:
+        assert self.wait_status is not None
+        code = os.waitstatus_to_exitcode(self.wait_status)
+        return 128 - code if code < 0 else code
+
+
+def reap_orphans(tree: set[int], child: Child) -> None:
+    """Reap exited processes of CMD's tree reparented to us; never the agent's own
+    children (py-spy), which its event loop waits for."""
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None or info.si_pid == child.pid or info.si_pid not in tree:
+            return
+        os.waitpid(info.si_pid, 0)
+
+
+class Watch:
+    """What the stream says while CMD runs: the tree, the peaks, the stacks at the peaks."""
+
+    def __init__(self, client: Client, budget: Budget, recording: Recording | None) -> None:
+        self.client, self.budget, self.recording = client, budget, recording
+        self.tree: set[int] = set()
+        self.alive: set[int] = set()
+        self.peaks: dict[int, int] = {}
+        self.vram: dict[int, int] = {}
+        self.exited: set[int] = set()
+        self.samples = 0
+        self.stacks: dict[int, StackDump] = {}
+        self.sites: dict[tuple[str, str, int | None], GrowthSite] = {}
+        self._asked: dict[int, int] = {}
+
+    def on_frame(self, frame: Frame) -> None:
+        if self.recording is not None:
+            self.recording.on_frame(frame)
+        if isinstance(frame, Attached):
+            self.tree.add(frame.process.pid)
+            self.alive.add(frame.process.pid)
+        elif isinstance(frame, Exited):
+            self.exited.add(frame.pid)
+            self.alive.discard(frame.pid)
+            self.peaks[frame.pid] = max(self.peaks.get(frame.pid, 0), frame.rss_peak_bytes)
+        elif isinstance(frame, Sample):
+            self.samples += 1
+            for r in frame.records():
+                self.tree.add(r.pid)
+                self.peaks[r.pid] = max(self.peaks.get(r.pid, 0), r.rss_peak_bytes)
+                if r.vram_peak_bytes is not None:
+                    self.vram[r.pid] = max(self.vram.get(r.pid, 0), r.vram_peak_bytes)
+                (self.alive.add if r.alive else self.alive.discard)(r.pid)
+
+    def raw_over(self) -> bool:
+        """Over budget on the raw peaks (an upper bound of the share-adjusted Σ)."""
+        b = self.budget
+        if b.per_process:
+            return (b.rss is not None and max(self.peaks.values(), default=0) > b.rss) or \
+                   (b.vram is not None and max(self.vram.values(), default=0) > b.vram)
+        return (b.rss is not None and sum(self.peaks.values()) > b.rss) or \
+               (b.vram is not None and sum(self.vram.values()) > b.vram)
+
+    def adjusted_sum(self) -> int:
+        """The agent's Σ of share-adjusted peaks (its host headroom), else Σ of RSS peaks."""
+        status: DaemonStatus = self.client.status()
+        host = next((h for h in status.headroom if h.resource == "host"), None)
+        return host.sum_peaks_bytes if host is not None else sum(self.peaks.values())
+
+    def ask_stacks(self) -> None:
+        """The stack at the peak of each process whose peak rose since last asked (kept,
+        since an exited process's may no longer be asked for)."""
+        for pid, peak in list(self.peaks.items()):
+            if self._asked.get(pid) == peak:
+                continue
+            self._asked[pid] = peak
+            try:
+                reply = self.client.stack(pid, fresh=False)
+            except RequestFailed:
+                continue
+            if reply.at_peak is not None:
+                self.stacks[pid] = reply.at_peak
+            for s in reply.by_function:
+                self.sites[(s.function, s.filename, s.line)] = s
+
+
+def _wait_frames(client: Client, watch: Watch, until: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not until() and time.monotonic() < deadline:
+        try:
+            watch.on_frame(client.events.popleft() if client.events else client.recv())
+        except DaemonTimeout:
+            continue
+
+
+def _signals(child: Child) -> None:
+    """Forward what came for us to CMD (but a terminal's signal, which its group got)."""
+    while (info := signal.sigtimedwait(WATCHED_SIGNALS, 0)) is not None:
+        if info.si_signo != signal.SIGCHLD and child.wait_status is None:
+            from_terminal = info.si_code == SI_KERNEL and os.getpgid(child.pid) == os.getpgrp()
+            if not from_terminal:
+                os.kill(child.pid, info.si_signo)
+
+
+def _kill_tree(child: Child, watch: Watch) -> None:
+    for pid in {child.pid} | watch.alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespace) -> bool:
+    """Follow the stream until CMD exits; whether it was killed for its budget."""
+    started = time.monotonic()
+    next_progress = started + 1.0
+    next_stacks = started + 0.5
+    killed = False
+    client.set_timeout(WAKE)
+    while True:
+        _signals(child)
+        reap_orphans(watch.tree, child)
+        if child.reap():
+            return killed
+        try:
+            frame = client.events.popleft() if client.events else client.recv()
+        except DaemonTimeout:
+            continue
+        watch.on_frame(frame)
+        if not isinstance(frame, Sample):
+            continue
+        now = time.monotonic()
+        if args.kill_over_budget and not killed and watch.raw_over():
+            if args.per_process or args.budget_vram is not None or watch.adjusted_sum() > (args.budget_rss or 0):
+                killed = True
+                _kill_tree(child, watch)
+        if now >= next_stacks:
+            watch.ask_stacks()
+            next_stacks = now + 0.5
+        if watch.recording is not None:
+            watch.recording.flush()
+        if args.progress and now >= next_progress:
+            budget = f" / {human_bytes(args.budget_rss)}" if args.budget_rss is not None else ""
+            print(f"memagent run: {now - started:6.1f} s  Σ peak {human_bytes(sum(watch.peaks.values()))}"
+                  f"{budget}  {len(watch.alive)} running", file=sys.stderr, flush=True)
+            next_progress = now + 1.0
+
+
+def finish(client: Client, child: Child, watch: Watch) -> tuple[int, list[ProcessPeak], list[GrowthSite]]:
+    """After CMD's exit: its exit record, a tick after it, the figures."""
+    seen = watch.samples
+    _wait_frames(client, watch, lambda: child.pid in watch.exited, max(2.0, 10 * WAKE))
+    seen = watch.samples
+    _wait_frames(client, watch, lambda: watch.samples > seen, 2.0)
+    client.set_timeout(10.0)
+    watch.ask_stacks()
+    total = watch.adjusted_sum()
+    processes = [ProcessPeak.of(p, watch.stacks.get(p.pid)) for p in client.list() if p.pid in watch.tree]
+    sites = sorted(watch.sites.values(), key=lambda s: -s.bytes)[:10]
+    return total, processes, sites
+
+
+def run_command(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        raise UsageError(PROG, "no command to run (memagent run [OPTIONS] -- CMD ARGS…)", hint=True)
+    if args.record:
+        check_output(args.record, False)
+    budget = Budget(args.budget_rss, args.budget_vram, args.per_process)
+    from ..embedded import EmbeddedAgent  # the agent (and asyncio): only for this command
+
+    _subreaper()
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED_SIGNALS)
+    child = Child(argv, set(old_mask))
+    agent = EmbeddedAgent(interval=args.interval, patterns=())
+    started = time.monotonic()
+    try:
+        try:
+            agent.start()
+        except BaseException:
+            child.abandon()
+            raise
+        with Client(agent.socket, timeout=10.0) as client:
+            client.subscribe()
+            agent.attach_before_exec(child.pid, label="run")
+            recording = None
+            if args.record:
+                recording = Recording(client, create(args.record, False), args.record, [])
+                recording.begin()
+            watch = Watch(client, budget, recording)
+            exec_error = child.release()
+            started = time.monotonic()
+            killed = supervise(client, child, watch, args)
+            duration = time.monotonic() - started
+            total, processes, sites = finish(client, child, watch)
+            if recording is not None:
+                recording.snapshot()
+                recording.flush()
+                recording.close()
+    finally:
+        agent.stop()
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    if exec_error is not None:
+        print(f"{PROG}: {printable(argv[0])}: {'command not found' if child.exit_code == 127 else exec_error}",
+              file=sys.stderr)
+    outcome = Outcome(argv, child.exit_code, duration, total, processes, sites, exec_error)
+    over = bool(excess(outcome, budget)) or killed
+    status = args.over_budget_status if over and exec_error is None else child.exit_code
+    if exec_error is None:
+        for line in summary_lines(outcome, budget, status):
+            print(line, file=sys.stderr)
+    for problem in write_outputs(outcome, budget, status, args.report, args.junit):
+        print(problem, file=sys.stderr)
+    return status
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        return run_command(args)
+    except ConnectionLost as exc:
+        print(f"{PROG}: the embedded agent went away: {exc}", file=sys.stderr)
+        return 1
+    except (ClientError, MemagentError) as exc:
+        print(f"{PROG}: {printable(str(exc))}", file=sys.stderr)
+        return 1
+    except RecordFailed as exc:
+        print(f"{PROG}: {printable(str(exc))}", file=sys.stderr)
+        return exc.status
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"run": cmd_run}
