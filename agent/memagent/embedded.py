@@ -78,18 +78,6 @@ class EmbeddedAgent:
         for problem in await attach_fleet(fleet, self.agent.registry):
             log.info("demo: %s", problem)
 
-    def attach_before_exec(self, pid: int, label: str | None = None, timeout: float = 10.0) -> None:
-        """Watch ``pid`` and its descendants: a child forked and held before its ``exec``
-        (``memagent run``). As a followed parent's child attached at its fork, its figures
-        start afresh at that ``exec`` (its parent's image is not its memory). MemagentError
-        when it cannot be watched."""
-        assert self._loop is not None
-
-        async def attach() -> None:
-            self.agent.registry.attach(pid, label=label, children=True)[0].pre_exec = True
-
-        asyncio.run_coroutine_threadsafe(attach(), self._loop).result(timeout)
-
     @property
     def running(self) -> bool:
         """Whether the agent's thread still serves (False once :meth:`stop` returned)."""

@@ -120,6 +120,14 @@ def test_per_process_budget(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
 
 
+def test_kill_over_budget_stops_the_command_at_once(tmp_path: Path) -> None:
+    # Without the kill it would sleep 30 s holding its 300 MiB.
+    hold = "import time; block = b'\\x01' * (300 << 20); time.sleep(30)"
+    r = memagent_cli("run", "--kill-over-budget", "--budget-rss", "200MiB", "--", sys.executable, "-c", hold)
+    assert r.returncode == 3, r.stderr
+    assert "killed" in r.stderr
+
+
 def test_missing_command_127_not_executable_126(tmp_path: Path) -> None:
     r = memagent_cli("run", "--", str(tmp_path / "no-such-command"))
     assert r.returncode == 127

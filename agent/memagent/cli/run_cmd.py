@@ -14,12 +14,12 @@ any client (the judge and the outputs: :mod:`.run_report`).
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from memproto.client_side import ClientError, ConnectionLost, DaemonTimeout, RequestFailed
 from memproto.frames import Attached, Exited, Frame, Sample
@@ -30,9 +30,12 @@ from ..config_schema import parse_size
 from ..errors import ConfigError, MemagentError
 from .args import Parser, UsageError, seconds_arg
 from .client import Client
-from .record_cmd import Recording, RecordFailed, check_output, create
+from .record_cmd import RecordFailed, Recording, check_output, create
 from .render import human_bytes
 from .run_report import Budget, Outcome, ProcessPeak, excess, summary_lines, write_outputs
+
+if TYPE_CHECKING:
+    from .run_agent import Child
 
 PROG = "memagent run"
 EXIT_OVER_BUDGET = 3
@@ -42,7 +45,6 @@ WATCHED_SIGNALS = {*FORWARDED, signal.SIGCHLD}
 WAKE = 0.1
 #: ``si_code`` of a signal the kernel sent (a terminal's Ctrl-C: CMD got it too).
 SI_KERNEL = 0x80
-PR_SET_CHILD_SUBREAPER = 36
 
 EPILOG = ("Exit status: CMD's own when within budget; 3 when over (--over-budget-status N); 126/127 when CMD "
           "cannot be executed / is not found; 128+n when CMD died of signal n; 2 on a usage error. The budget "
@@ -83,83 +85,6 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--kill-over-budget", action="store_true", help="kill CMD and its descendants once over budget")
     p.add_argument("--progress", action="store_true", help="one line a second on stderr while CMD runs")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
-
-
-def _subreaper() -> None:
-    """Become a child subreaper: CMD's orphans come to us, not to init (best effort)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-class Child:
-    """CMD, forked now and held before its exec until :meth:`release`."""
-
-    def __init__(self, argv: list[str], mask: set[signal.Signals]) -> None:
-        go_r, go_w = os.pipe()
-        err_r, err_w = os.pipe()  # close-on-exec: EOF tells the exec succeeded
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child: restore the mask, wait, exec
-            code = 127
-            try:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-                os.close(go_w)
-                os.close(err_r)
-                if os.read(go_r, 1):
-                    try:
-                        os.execvp(argv[0], argv)
-                    except OSError as exc:
-                        code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
-                        os.write(err_w, f"{exc.errno}".encode())
-            finally:
-                os._exit(code)
-        os.close(go_r)
-        os.close(err_w)
-        self.pid, self._go, self._err = pid, go_w, err_r
-        self.wait_status: int | None = None
-
-    def release(self) -> str | None:
-        """Let it exec; why it could not (``strerror``), or None once it did."""
-        os.write(self._go, b"x")
-        os.close(self._go)
-        data = os.read(self._err, 64)
-        os.close(self._err)
-        return os.strerror(int(data)) if data else None
-
-    def abandon(self) -> None:
-        os.close(self._go)  # EOF: it exits without exec
-        os.close(self._err)
-        self.reap(block=True)
-
-    def reap(self, block: bool = False) -> bool:
-        if self.wait_status is None:
-            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
-            if pid:
-                self.wait_status = status
-        return self.wait_status is not None
-
-    @property
-    def exit_code(self) -> int:
-        assert self.wait_status is not None
-        code = os.waitstatus_to_exitcode(self.wait_status)
-        return 128 - code if code < 0 else code
-
-
-def reap_orphans(tree: set[int], child: Child) -> None:
-    """Reap exited processes of CMD's tree reparented to us; never the agent's own
-    children (py-spy), which its event loop waits for."""
-    while True:
-        try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return
-        if info is None or info.si_pid == child.pid or info.si_pid not in tree:
-            return
-        os.waitpid(info.si_pid, 0)
 
 
 class Watch:
@@ -263,7 +188,7 @@ def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespa
     client.set_timeout(WAKE)
     while True:
         _signals(child)
-        reap_orphans(watch.tree, child)
+        child.reap_orphans(watch.tree)
         if child.reap():
             return killed
         try:
@@ -292,8 +217,7 @@ def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespa
 
 def finish(client: Client, child: Child, watch: Watch) -> tuple[int, list[ProcessPeak], list[GrowthSite]]:
     """After CMD's exit: its exit record, a tick after it, the figures."""
-    seen = watch.samples
-    _wait_frames(client, watch, lambda: child.pid in watch.exited, max(2.0, 10 * WAKE))
+    _wait_frames(client, watch, lambda: child.pid in watch.exited, 2.0)
     seen = watch.samples
     _wait_frames(client, watch, lambda: watch.samples > seen, 2.0)
     client.set_timeout(10.0)
@@ -313,12 +237,12 @@ def run_command(args: argparse.Namespace) -> int:
     if args.record:
         check_output(args.record, False)
     budget = Budget(args.budget_rss, args.budget_vram, args.per_process)
-    from ..embedded import EmbeddedAgent  # the agent (and asyncio): only for this command
+    from .run_agent import Child, RunAgent, become_subreaper  # the agent (and asyncio): only for this command
 
-    _subreaper()
+    become_subreaper()
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED_SIGNALS)
     child = Child(argv, set(old_mask))
-    agent = EmbeddedAgent(interval=args.interval, patterns=())
+    agent = RunAgent(args.interval)
     started = time.monotonic()
     try:
         try:
@@ -349,7 +273,7 @@ def run_command(args: argparse.Namespace) -> int:
     if exec_error is not None:
         print(f"{PROG}: {printable(argv[0])}: {'command not found' if child.exit_code == 127 else exec_error}",
               file=sys.stderr)
-    outcome = Outcome(argv, child.exit_code, duration, total, processes, sites, exec_error)
+    outcome = Outcome(argv, child.exit_code, duration, total, processes, sites, exec_error, killed)
     over = bool(excess(outcome, budget)) or killed
     status = args.over_budget_status if over and exec_error is None else child.exit_code
     if exec_error is None:

@@ -67,6 +67,8 @@ class Outcome:
     processes: list[ProcessPeak]
     growth_sites: list[GrowthSite]
     exec_error: str | None = None
+    #: ``--kill-over-budget`` killed the tree.
+    killed: bool = False
 
     @property
     def max_process(self) -> ProcessPeak | None:
@@ -105,7 +107,8 @@ def summary_lines(outcome: Outcome, budget: Budget, exit_status: int) -> list[st
     over = excess(outcome, budget)
     biggest = outcome.max_process
     lines = [f"memagent run: {printable(' '.join(outcome.command))}: exit {exit_status}"
-             + (" (over budget)" if over else "") + f" after {outcome.duration_s:.2f} s"]
+             + (" (over budget)" if over else "") + (", killed" if outcome.killed else "")
+             + f" after {outcome.duration_s:.2f} s"]
     lines.append(f"  Σ RSS peak {human_bytes(outcome.rss_peak_bytes)} over {len(outcome.processes)} "
                  f"process{'' if len(outcome.processes) == 1 else 'es'}"
                  + (f" (budget {human_bytes(budget.rss)}{' per process' if budget.per_process else ''})"
