@@ -55,9 +55,11 @@ class Child:
         os.close(err_w)
         self.pid, self._go, self._err = pid, go_w, err_r
         self.wait_status: int | None = None
+        self.released = False
 
     def release(self) -> str | None:
         """Let it exec; why it could not (``strerror``), or None once it did."""
+        self.released = True
         os.write(self._go, b"x")
         os.close(self._go)
         data = os.read(self._err, 64)
@@ -66,6 +68,7 @@ class Child:
 
     def abandon(self) -> None:
         """It exits without exec (EOF on its pipe); reaped."""
+        self.released = True
         os.close(self._go)
         os.close(self._err)
         self.reap(block=True)

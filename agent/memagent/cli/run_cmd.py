@@ -242,14 +242,10 @@ def run_command(args: argparse.Namespace) -> int:
     become_subreaper()
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED_SIGNALS)
     child = Child(argv, set(old_mask))
-    agent = RunAgent(args.interval)
-    started = time.monotonic()
+    agent: RunAgent | None = None
     try:
-        try:
-            agent.start()
-        except BaseException:
-            child.abandon()
-            raise
+        agent = RunAgent(args.interval)
+        agent.start()
         with Client(agent.socket, timeout=10.0) as client:
             client.subscribe()
             agent.attach_before_exec(child.pid, label="run")
@@ -268,7 +264,10 @@ def run_command(args: argparse.Namespace) -> int:
                 recording.flush()
                 recording.close()
     finally:
-        agent.stop()
+        if not child.released:  # the agent failed before CMD was released: it never runs
+            child.abandon()
+        if agent is not None:
+            agent.stop()
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     if exec_error is not None:
         print(f"{PROG}: {printable(argv[0])}: {'command not found' if child.exit_code == 127 else exec_error}",
