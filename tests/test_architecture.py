@@ -30,6 +30,7 @@ ALLOWED = {
     ("serve/record_files.py", "os.open"): "the flight recorder's directory and segments, in the state directory",
     ("serve/record_files.py", "os.scandir"): "the flight recorder's segments (sizes, sequence numbers)",
     ("cli/record_cmd.py", "os.open"): "the file memagent record -o writes (O_EXCL: never over an existing one)",
+    ("cli/run_report.py", "os.open"): "the files memagent run --report/--junit write, $GITHUB_STEP_SUMMARY",
 }
 
 

@@ -61,6 +61,8 @@ from .report import (
 )
 from .report_cmd import COMMANDS as REPORT_COMMANDS
 from .report_cmd import add_parser as add_report_parser
+from .run_cmd import COMMANDS as RUN_COMMANDS
+from .run_cmd import add_parser as add_run_parser
 
 
 def _setting(key: str) -> Callable[[str], object]:
@@ -151,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_record_parser(sub, client)  # record (cli/record_cmd.py)
     add_report_parser(sub, client)  # report (cli/report_cmd.py)
     add_plot_parser(sub, client)  # plot (cli/plot.py)
+    add_run_parser(sub)  # run (cli/run_cmd.py)
     add_install_parsers(sub)  # install-service, completion
     return parser
 
@@ -199,6 +202,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **RECORD_COMMANDS,
     **REPORT_COMMANDS,
     **PLOT_COMMANDS,
+    **RUN_COMMANDS,
     **INSTALL_COMMANDS,
 }
 

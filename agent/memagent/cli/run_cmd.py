@@ -1,0 +1,300 @@
+"""``memagent run [--budget-rss SIZE] [--budget-vram SIZE] [--per-process] ... -- CMD ARGS…``:
+run CMD under an embedded agent that watches it and all its descendants, judge their peaks
+against a budget, and exit with CMD's status (or 3: over budget).
+
+How CMD is watched from its first instant, without ptrace: a child is forked that waits on
+a pipe, the embedded agent attaches it (``children``: its descendants too, from their
+fork), then the pipe releases it and it execs CMD. ``memagent run`` is a child subreaper,
+so CMD's orphans are reparented to it (and reaped by it) rather than to init. SIGINT,
+SIGTERM and SIGHUP are forwarded to CMD (not a terminal's Ctrl-C, which CMD gets itself:
+it shares the foreground process group). The figures come over the agent's socket as for
+any client (the judge and the outputs: :mod:`.run_report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from memproto.client_side import ClientError, ConnectionLost, DaemonTimeout, RequestFailed
+from memproto.frames import Attached, Exited, Frame, Sample
+from memproto.records import DaemonStatus, GrowthSite, StackDump
+from memproto.text import printable
+
+from ..config_schema import parse_size
+from ..errors import ConfigError, MemagentError
+from .args import Parser, UsageError, seconds_arg
+from .client import Client
+from .record_cmd import RecordFailed, Recording, check_output, create
+from .render import human_bytes
+from .run_report import Budget, Outcome, ProcessPeak, excess, summary_lines, write_outputs
+
+if TYPE_CHECKING:
+    from .run_agent import Child
+
+PROG = "memagent run"
+EXIT_OVER_BUDGET = 3
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+WATCHED_SIGNALS = {*FORWARDED, signal.SIGCHLD}
+#: How long one wait for a frame lasts (signals and CMD's exit are looked at in between).
+WAKE = 0.1
+#: ``si_code`` of a signal the kernel sent (a terminal's Ctrl-C: CMD got it too).
+SI_KERNEL = 0x80
+
+EPILOG = ("Exit status: CMD's own when within budget; 3 when over (--over-budget-status N); 126/127 when CMD "
+          "cannot be executed / is not found; 128+n when CMD died of signal n; 2 on a usage error. The budget "
+          "applies to the sum of the tree's share-adjusted peaks (--per-process: to each process). "
+          "SIZE: 512MiB, 2G, 1.5GiB, bytes.")
+
+
+def size_arg(text: str) -> int:
+    try:
+        return parse_size(text, "SIZE")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(printable(exc.reason)) from None
+
+
+def status_arg(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an exit status: {text!r}") from None
+    if not 0 <= n <= 255:
+        raise argparse.ArgumentTypeError(f"not an exit status: {text!r} (0 to 255)")
+    return n
+
+
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
+    p = sub.add_parser("run", help="run a command under a memory budget (no daemon needed)",
+                       description="Run CMD watched with all its descendants by an embedded agent; print "
+                                   "the peaks on exit and fail when over budget.", epilog=EPILOG)
+    p.add_argument("--budget-rss", type=size_arg, metavar="SIZE", help="budget for the Σ of RSS peaks")
+    p.add_argument("--budget-vram", type=size_arg, metavar="SIZE", help="budget for the Σ of VRAM peaks")
+    p.add_argument("--per-process", action="store_true", help="apply the budgets to each process instead")
+    p.add_argument("--interval", type=seconds_arg, default=0.1, metavar="SECONDS", help="sample interval (0.1)")
+    p.add_argument("--report", metavar="FILE", help="write the summary as JSON")
+    p.add_argument("--record", metavar="FILE", help="write a recording (docs/recording.md)")
+    p.add_argument("--junit", metavar="FILE", help="write a JUnit XML test case (failed when over budget)")
+    p.add_argument("--over-budget-status", type=status_arg, default=EXIT_OVER_BUDGET, metavar="N",
+                   help="exit status when over budget (3)")
+    p.add_argument("--kill-over-budget", action="store_true", help="kill CMD and its descendants once over budget")
+    p.add_argument("--progress", action="store_true", help="one line a second on stderr while CMD runs")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
+
+
+class Watch:
+    """What the stream says while CMD runs: the tree, the peaks, the stacks at the peaks."""
+
+    def __init__(self, client: Client, budget: Budget, recording: Recording | None) -> None:
+        self.client, self.budget, self.recording = client, budget, recording
+        self.tree: set[int] = set()
+        self.alive: set[int] = set()
+        self.peaks: dict[int, int] = {}
+        self.vram: dict[int, int] = {}
+        self.exited: set[int] = set()
+        self.samples = 0
+        self.stacks: dict[int, StackDump] = {}
+        self.sites: dict[tuple[str, str, int | None], GrowthSite] = {}
+        self._asked: dict[int, int] = {}
+
+    def on_frame(self, frame: Frame) -> None:
+        if self.recording is not None:
+            self.recording.on_frame(frame)
+        if isinstance(frame, Attached):
+            self.tree.add(frame.process.pid)
+            self.alive.add(frame.process.pid)
+        elif isinstance(frame, Exited):
+            self.exited.add(frame.pid)
+            self.alive.discard(frame.pid)
+            self.peaks[frame.pid] = max(self.peaks.get(frame.pid, 0), frame.rss_peak_bytes)
+        elif isinstance(frame, Sample):
+            self.samples += 1
+            for r in frame.records():
+                self.tree.add(r.pid)
+                self.peaks[r.pid] = max(self.peaks.get(r.pid, 0), r.rss_peak_bytes)
+                if r.vram_peak_bytes is not None:
+                    self.vram[r.pid] = max(self.vram.get(r.pid, 0), r.vram_peak_bytes)
+                (self.alive.add if r.alive else self.alive.discard)(r.pid)
+
+    def raw_over(self) -> bool:
+        """Over budget on the raw peaks (an upper bound of the share-adjusted Σ)."""
+        b = self.budget
+        if b.per_process:
+            return (b.rss is not None and max(self.peaks.values(), default=0) > b.rss) or \
+                   (b.vram is not None and max(self.vram.values(), default=0) > b.vram)
+        return (b.rss is not None and sum(self.peaks.values()) > b.rss) or \
+               (b.vram is not None and sum(self.vram.values()) > b.vram)
+
+    def adjusted_sum(self) -> int:
+        """The agent's Σ of share-adjusted peaks (its host headroom), else Σ of RSS peaks."""
+        status: DaemonStatus = self.client.status()
+        host = next((h for h in status.headroom if h.resource == "host"), None)
+        return host.sum_peaks_bytes if host is not None else sum(self.peaks.values())
+
+    def ask_stacks(self) -> None:
+        """The stack at the peak of each process whose peak rose since last asked (kept,
+        since an exited process's may no longer be asked for)."""
+        for pid, peak in list(self.peaks.items()):
+            if self._asked.get(pid) == peak:
+                continue
+            self._asked[pid] = peak
+            try:
+                reply = self.client.stack(pid, fresh=False)
+            except RequestFailed:
+                continue
+            if reply.at_peak is not None:
+                self.stacks[pid] = reply.at_peak
+            for s in reply.by_function:
+                self.sites[(s.function, s.filename, s.line)] = s
+
+
+def _wait_frames(client: Client, watch: Watch, until: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not until() and time.monotonic() < deadline:
+        try:
+            watch.on_frame(client.events.popleft() if client.events else client.recv())
+        except DaemonTimeout:
+            continue
+
+
+def _signals(child: Child) -> None:
+    """Forward what came for us to CMD (but a terminal's signal, which its group got)."""
+    while (info := signal.sigtimedwait(WATCHED_SIGNALS, 0)) is not None:
+        if info.si_signo != signal.SIGCHLD and child.wait_status is None:
+            from_terminal = info.si_code == SI_KERNEL and os.getpgid(child.pid) == os.getpgrp()
+            if not from_terminal:
+                os.kill(child.pid, info.si_signo)
+
+
+def _kill_tree(child: Child, watch: Watch) -> None:
+    for pid in {child.pid} | watch.alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespace) -> bool:
+    """Follow the stream until CMD exits; whether it was killed for its budget."""
+    started = time.monotonic()
+    next_progress = started + 1.0
+    next_stacks = started + 0.5
+    killed = False
+    client.set_timeout(WAKE)
+    while True:
+        _signals(child)
+        child.reap_orphans(watch.tree)
+        if child.reap():
+            return killed
+        try:
+            frame = client.events.popleft() if client.events else client.recv()
+        except DaemonTimeout:
+            continue
+        watch.on_frame(frame)
+        if not isinstance(frame, Sample):
+            continue
+        now = time.monotonic()
+        if args.kill_over_budget and not killed and watch.raw_over():
+            if args.per_process or args.budget_vram is not None or watch.adjusted_sum() > (args.budget_rss or 0):
+                killed = True
+                _kill_tree(child, watch)
+        if now >= next_stacks:
+            watch.ask_stacks()
+            next_stacks = now + 0.5
+        if watch.recording is not None:
+            watch.recording.flush()
+        if args.progress and now >= next_progress:
+            budget = f" / {human_bytes(args.budget_rss)}" if args.budget_rss is not None else ""
+            print(f"memagent run: {now - started:6.1f} s  Σ peak {human_bytes(sum(watch.peaks.values()))}"
+                  f"{budget}  {len(watch.alive)} running", file=sys.stderr, flush=True)
+            next_progress = now + 1.0
+
+
+def finish(client: Client, child: Child, watch: Watch) -> tuple[int, list[ProcessPeak], list[GrowthSite]]:
+    """After CMD's exit: its exit record, a tick after it, the figures."""
+    _wait_frames(client, watch, lambda: child.pid in watch.exited, 2.0)
+    seen = watch.samples
+    _wait_frames(client, watch, lambda: watch.samples > seen, 2.0)
+    client.set_timeout(10.0)
+    watch.ask_stacks()
+    total = watch.adjusted_sum()
+    processes = [ProcessPeak.of(p, watch.stacks.get(p.pid)) for p in client.list() if p.pid in watch.tree]
+    sites = sorted(watch.sites.values(), key=lambda s: -s.bytes)[:10]
+    return total, processes, sites
+
+
+def run_command(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        raise UsageError(PROG, "no command to run (memagent run [OPTIONS] -- CMD ARGS…)", hint=True)
+    if args.record:
+        check_output(args.record, False)
+    budget = Budget(args.budget_rss, args.budget_vram, args.per_process)
+    from .run_agent import Child, RunAgent, become_subreaper  # the agent (and asyncio): only for this command
+
+    become_subreaper()
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED_SIGNALS)
+    child = Child(argv, set(old_mask))
+    agent: RunAgent | None = None
+    try:
+        agent = RunAgent(args.interval)
+        agent.start()
+        with Client(agent.socket, timeout=10.0) as client:
+            client.subscribe()
+            agent.attach_before_exec(child.pid, label="run")
+            recording = None
+            if args.record:
+                recording = Recording(client, create(args.record, False), args.record, [])
+                recording.begin()
+            watch = Watch(client, budget, recording)
+            exec_error = child.release()
+            started = time.monotonic()
+            killed = supervise(client, child, watch, args)
+            duration = time.monotonic() - started
+            total, processes, sites = finish(client, child, watch)
+            if recording is not None:
+                recording.snapshot()
+                recording.flush()
+                recording.close()
+    finally:
+        if not child.released:  # the agent failed before CMD was released: it never runs
+            child.abandon()
+        if agent is not None:
+            agent.stop()
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    if exec_error is not None:
+        print(f"{PROG}: {printable(argv[0])}: {'command not found' if child.exit_code == 127 else exec_error}",
+              file=sys.stderr)
+    outcome = Outcome(argv, child.exit_code, duration, total, processes, sites, exec_error, killed)
+    over = bool(excess(outcome, budget)) or killed
+    status = args.over_budget_status if over and exec_error is None else child.exit_code
+    if exec_error is None:
+        for line in summary_lines(outcome, budget, status):
+            print(line, file=sys.stderr)
+    for problem in write_outputs(outcome, budget, status, args.report, args.junit):
+        print(problem, file=sys.stderr)
+    return status
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        return run_command(args)
+    except ConnectionLost as exc:
+        print(f"{PROG}: the embedded agent went away: {exc}", file=sys.stderr)
+        return 1
+    except (ClientError, MemagentError) as exc:
+        print(f"{PROG}: {printable(str(exc))}", file=sys.stderr)
+        return 1
+    except RecordFailed as exc:
+        print(f"{PROG}: {printable(str(exc))}", file=sys.stderr)
+        return exc.status
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"run": cmd_run}

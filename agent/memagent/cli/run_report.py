@@ -1,0 +1,204 @@
+"""What ``memagent run`` says at the end: the verdict, the summary on stderr, the JSON
+report (``--report``), the JUnit file (``--junit``) and the GitHub step summary.
+
+Pure but for the writes: :func:`judge` takes the figures the embedded agent gave over the
+wire (:class:`Outcome`), the rest formats them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+from memproto.records import GrowthSite, ProcessInfo, StackDump
+from memproto.text import printable
+
+from .render import frame_text, human_bytes
+
+#: Frames of the stack at the peak kept per process in the report.
+STACK_DEPTH = 20
+#: Growth sites listed (the summary shows fewer).
+TOP_SITES = 10
+
+
+@dataclass
+class ProcessPeak:
+    pid: int
+    cmdline: list[str]
+    rss_peak_bytes: int
+    rss_peak_exact: bool
+    vram_peak_bytes: int | None
+    stack_at_peak: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, p: ProcessInfo, dump: StackDump | None) -> ProcessPeak:
+        return cls(p.pid, list(p.cmdline), p.rss_peak_bytes, p.rss_peak_exact, p.vram_peak_bytes,
+                   stack_lines(dump))
+
+
+def stack_lines(dump: StackDump | None) -> list[str]:
+    """The attributed thread's frames (else the first thread's), innermost first."""
+    if dump is None or not dump.threads:
+        return []
+    thread = dump.attributed() or dump.threads[0]
+    return [frame_text(f.name, f.filename, f.line) for f in thread.frames[:STACK_DEPTH]]
+
+
+@dataclass
+class Budget:
+    rss: int | None
+    vram: int | None
+    per_process: bool
+
+
+@dataclass
+class Outcome:
+    """The figures of one run, from the agent; ``status`` is CMD's wait status turned into
+    an exit code (``128 + n`` for signal ``n``), or 126/127 when it could not be started."""
+
+    command: list[str]
+    status: int
+    duration_s: float
+    #: Σ of share-adjusted peaks (the agent's headroom Σ), or Σ of RSS peaks if unknown.
+    rss_peak_bytes: int
+    processes: list[ProcessPeak]
+    growth_sites: list[GrowthSite]
+    exec_error: str | None = None
+    #: ``--kill-over-budget`` killed the tree.
+    killed: bool = False
+
+    @property
+    def max_process(self) -> ProcessPeak | None:
+        return max(self.processes, key=lambda p: p.rss_peak_bytes, default=None)
+
+    @property
+    def vram_peak_bytes(self) -> int | None:
+        known = [p.vram_peak_bytes for p in self.processes if p.vram_peak_bytes is not None]
+        return sum(known) if known else None
+
+
+def excess(outcome: Outcome, budget: Budget) -> list[str]:
+    """Each budget exceeded, as a phrase (empty: within budget)."""
+    out: list[str] = []
+    if budget.per_process:
+        for p in outcome.processes:
+            if budget.rss is not None and p.rss_peak_bytes > budget.rss:
+                out.append(f"PID {p.pid} RSS peak {human_bytes(p.rss_peak_bytes)} is "
+                           f"{human_bytes(p.rss_peak_bytes - budget.rss)} over {human_bytes(budget.rss)}")
+            if budget.vram is not None and (p.vram_peak_bytes or 0) > budget.vram:
+                v = p.vram_peak_bytes or 0
+                out.append(f"PID {p.pid} VRAM peak {human_bytes(v)} is {human_bytes(v - budget.vram)} over "
+                           f"{human_bytes(budget.vram)}")
+        return out
+    if budget.rss is not None and outcome.rss_peak_bytes > budget.rss:
+        out.append(f"Σ RSS peak {human_bytes(outcome.rss_peak_bytes)} is "
+                   f"{human_bytes(outcome.rss_peak_bytes - budget.rss)} over {human_bytes(budget.rss)}")
+    vram = outcome.vram_peak_bytes or 0
+    if budget.vram is not None and vram > budget.vram:
+        out.append(f"Σ VRAM peak {human_bytes(vram)} is {human_bytes(vram - budget.vram)} over "
+                   f"{human_bytes(budget.vram)}")
+    return out
+
+
+def summary_lines(outcome: Outcome, budget: Budget, exit_status: int) -> list[str]:
+    over = excess(outcome, budget)
+    biggest = outcome.max_process
+    lines = [f"memagent run: {printable(' '.join(outcome.command))}: exit {exit_status}"
+             + (" (over budget)" if over else "") + (", killed" if outcome.killed else "")
+             + f" after {outcome.duration_s:.2f} s"]
+    lines.append(f"  Σ RSS peak {human_bytes(outcome.rss_peak_bytes)} over {len(outcome.processes)} "
+                 f"process{'' if len(outcome.processes) == 1 else 'es'}"
+                 + (f" (budget {human_bytes(budget.rss)}{' per process' if budget.per_process else ''})"
+                    if budget.rss is not None else ""))
+    if biggest is not None:
+        lines.append(f"  biggest: PID {biggest.pid} {human_bytes(biggest.rss_peak_bytes)}"
+                     + ("" if biggest.rss_peak_exact else " (sampled: the true peak may be higher)")
+                     + f" {printable(' '.join(biggest.cmdline))[:80]}")
+    vram = outcome.vram_peak_bytes
+    lines.append(f"  VRAM peak {human_bytes(vram) if vram is not None else 'none'}"
+                 + (f" (budget {human_bytes(budget.vram)})" if budget.vram is not None else ""))
+    lines.extend(f"  over budget: {phrase}" for phrase in over)
+    if biggest is not None and biggest.stack_at_peak:
+        lines.append(f"  stack at the peak of PID {biggest.pid} (innermost first):")
+        lines.extend(f"    {frame}" for frame in biggest.stack_at_peak[:8])
+    if outcome.growth_sites:
+        lines.append("  top growth sites:")
+        lines.extend(f"    {human_bytes(s.bytes):>9}  {frame_text(s.function, s.filename, s.line)}"
+                     for s in outcome.growth_sites[:5])
+    return lines
+
+
+def report_json(outcome: Outcome, budget: Budget, exit_status: int) -> dict[str, Any]:
+    return {
+        "command": outcome.command,
+        "exit_status": exit_status,
+        "over_budget": bool(excess(outcome, budget)),
+        "budget_rss_bytes": budget.rss,
+        "budget_vram_bytes": budget.vram,
+        "rss_peak_bytes": outcome.rss_peak_bytes,
+        "max_process_rss_peak_bytes": outcome.max_process.rss_peak_bytes if outcome.max_process else 0,
+        "vram_peak_bytes": outcome.vram_peak_bytes,
+        "duration_s": round(outcome.duration_s, 3),
+        "processes": [{"pid": p.pid, "cmdline": p.cmdline, "rss_peak_bytes": p.rss_peak_bytes,
+                       "rss_peak_exact": p.rss_peak_exact, "vram_peak_bytes": p.vram_peak_bytes,
+                       "stack_at_peak": p.stack_at_peak} for p in outcome.processes],
+        "growth_sites": [{"function": s.function, "filename": s.filename, "line": s.line, "bytes": s.bytes,
+                          "samples": s.samples} for s in outcome.growth_sites],
+    }
+
+
+def junit_xml(outcome: Outcome, budget: Budget, exit_status: int) -> str:
+    over = excess(outcome, budget)
+    name = quoteattr(" ".join(outcome.command)[:200])
+    body = "\n".join(summary_lines(outcome, budget, exit_status))
+    failure = (f'    <failure message={quoteattr("; ".join(over))} type="over_budget">{escape(body)}</failure>\n'
+               if over else "")
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<testsuite name="memagent run" tests="1" failures="{1 if over else 0}" errors="0" '
+            f'time="{outcome.duration_s:.3f}">\n'
+            f'  <testcase classname="memagent.run" name={name} time="{outcome.duration_s:.3f}">\n'
+            f"{failure}    <system-err>{escape(body)}</system-err>\n"
+            "  </testcase>\n</testsuite>\n")
+
+
+def markdown(outcome: Outcome, budget: Budget, exit_status: int) -> str:
+    over = excess(outcome, budget)
+    cmd = printable(" ".join(outcome.command)).replace("`", "'")
+    rows = [f"### memagent run: {'❌ over budget' if over else '✅ within budget'}", "",
+            f"`{cmd}` exited {exit_status} after {outcome.duration_s:.1f} s", "",
+            "| | peak | budget |", "|---|---|---|",
+            f"| Σ RSS | {human_bytes(outcome.rss_peak_bytes)} | {human_bytes(budget.rss) if budget.rss else '-'} |",
+            f"| VRAM | {human_bytes(outcome.vram_peak_bytes) if outcome.vram_peak_bytes is not None else '-'} | "
+            f"{human_bytes(budget.vram) if budget.vram else '-'} |", ""]
+    rows.extend(f"- {phrase}" for phrase in over)
+    return "\n".join(rows) + "\n\n"
+
+
+def write_text(path: str, text: str, append: bool = False) -> None:
+    """Write (or append) ``text``; OSError is the caller's to report."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC), 0o666)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def write_outputs(outcome: Outcome, budget: Budget, exit_status: int, report: str | None,
+                  junit: str | None) -> list[str]:
+    """The files asked for; one line per one that could not be written."""
+    problems: list[str] = []
+    jobs: list[tuple[str, str, bool]] = []
+    if report:
+        jobs.append((report, json.dumps(report_json(outcome, budget, exit_status), indent=2) + "\n", False))
+    if junit:
+        jobs.append((junit, junit_xml(outcome, budget, exit_status), False))
+    step = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step:
+        jobs.append((step, markdown(outcome, budget, exit_status), True))
+    for path, text, append in jobs:
+        try:
+            write_text(path, text, append)
+        except OSError as exc:
+            problems.append(f"memagent run: cannot write {printable(path)}: {exc.strerror or exc}")
+    return problems

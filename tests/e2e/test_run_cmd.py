@@ -1,0 +1,201 @@
+"""``memagent run``: real commands under the embedded agent, their exit statuses, the peaks
+of their trees, the files it writes, and signals. Each case is one ``memagent run`` (an
+agent start, ~0.3 s, plus the command)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import memagent_cli
+
+from memproto.recording import open_recording
+
+MiB = 1024 * 1024
+
+#: Allocates 300 MiB in ``allocate_big`` and holds it a second (long enough for py-spy to
+#: dump the stack at the peak: a workload's shape, not a synchronisation), then exits with
+#: the status given as its argument.
+SPIKE = textwrap.dedent("""
+    import sys, time
+
+    def allocate_big():
+        block = b"\\x01" * (300 << 20)
+        time.sleep(1.0)
+        return len(block)
+
+    allocate_big()
+    sys.exit(int(sys.argv[1]))
+""")
+
+#: A parent that forks a child allocating 150 MiB; the parent itself stays small.
+FORKED = textwrap.dedent("""
+    import os
+    pid = os.fork()
+    if pid == 0:
+        block = b"\\x01" * (150 << 20)
+        os._exit(0)
+    os.waitpid(pid, 0)
+""")
+
+#: Says "ready" once its SIGINT handler is in place; on SIGINT says "got SIGINT", exits 7.
+WAITS_FOR_SIGINT = textwrap.dedent("""
+    import os, signal, sys
+
+    def on_int(sig, frame):
+        print("got SIGINT", flush=True)
+        os._exit(7)
+
+    signal.signal(signal.SIGINT, on_int)
+    print("ready", flush=True)
+    sys.stdin.read()
+""")
+
+
+def script(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def one_line(stderr: str) -> None:
+    assert "Traceback" not in stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+
+
+def test_over_budget_exits_3_and_names_the_allocating_function(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    r = memagent_cli("run", "--budget-rss", "200MiB", "--report", str(report), "--",
+                     sys.executable, script(tmp_path, "spike.py", SPIKE), "0")
+    assert r.returncode == 3, r.stderr
+    assert "over budget" in r.stderr and "Traceback" not in r.stderr
+    data = json.loads(report.read_text())
+    assert set(data) == {"command", "exit_status", "over_budget", "budget_rss_bytes", "budget_vram_bytes",
+                         "rss_peak_bytes", "max_process_rss_peak_bytes", "vram_peak_bytes", "duration_s",
+                         "processes", "growth_sites"}
+    assert data["exit_status"] == 3 and data["over_budget"] is True
+    assert data["budget_rss_bytes"] == 200 * MiB
+    assert data["rss_peak_bytes"] >= 300 * MiB and data["max_process_rss_peak_bytes"] >= 300 * MiB
+    (proc,) = data["processes"]
+    assert proc["rss_peak_exact"] is True
+    assert set(proc) == {"pid", "cmdline", "rss_peak_bytes", "rss_peak_exact", "vram_peak_bytes", "stack_at_peak"}
+    # The stack at the peak (py-spy, beside this Python) names the function that allocated.
+    assert any("allocate_big" in frame for frame in proc["stack_at_peak"]), proc["stack_at_peak"]
+    assert "allocate_big" in r.stderr
+
+
+@pytest.mark.parametrize("status", [0, 5])
+def test_within_budget_exits_with_the_commands_status(tmp_path: Path, status: int) -> None:
+    r = memagent_cli("run", "--budget-rss", "1GiB", "--", sys.executable, "-c", f"import sys; sys.exit({status})")
+    assert r.returncode == status, r.stderr
+    assert f"exit {status}" in r.stderr and "over budget" not in r.stderr
+
+
+def test_a_forked_childs_peak_counts(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    junit = tmp_path / "junit.xml"
+    step = tmp_path / "step.md"
+    r = memagent_cli("run", "--budget-rss", "100MiB", "--report", str(report), "--junit", str(junit),
+                     "--over-budget-status", "9", "--", sys.executable, "-c", FORKED,
+                     env={"GITHUB_STEP_SUMMARY": str(step)})
+    assert r.returncode == 9, r.stderr
+    data = json.loads(report.read_text())
+    assert len(data["processes"]) == 2
+    parent, child = sorted(data["processes"], key=lambda p: p["pid"])
+    assert child["rss_peak_bytes"] >= 150 * MiB > parent["rss_peak_bytes"]
+    assert data["rss_peak_bytes"] >= 150 * MiB
+    assert data["max_process_rss_peak_bytes"] == child["rss_peak_bytes"]
+    assert '<failure message=' in junit.read_text()
+    assert "over budget" in step.read_text()
+
+
+def test_per_process_budget(tmp_path: Path) -> None:
+    r = memagent_cli("run", "--per-process", "--budget-rss", "200MiB", "--", sys.executable, "-c", FORKED)
+    assert r.returncode == 0, r.stderr
+
+
+def test_kill_over_budget_stops_the_command_at_once(tmp_path: Path) -> None:
+    # Without the kill it would sleep 30 s holding its 300 MiB.
+    hold = "import time; block = b'\\x01' * (300 << 20); time.sleep(30)"
+    r = memagent_cli("run", "--kill-over-budget", "--budget-rss", "200MiB", "--", sys.executable, "-c", hold)
+    assert r.returncode == 3, r.stderr
+    assert "killed" in r.stderr
+
+
+def test_missing_command_127_not_executable_126(tmp_path: Path) -> None:
+    r = memagent_cli("run", "--", str(tmp_path / "no-such-command"))
+    assert r.returncode == 127
+    one_line(r.stderr)
+    assert "command not found" in r.stderr
+    plain = tmp_path / "plain.txt"
+    plain.write_text("not a program\n")
+    r = memagent_cli("run", "--", str(plain))
+    assert r.returncode == 126
+    one_line(r.stderr)
+
+
+def test_death_by_signal_is_128_plus_n() -> None:
+    r = memagent_cli("run", "--", "sh", "-c", "kill -TERM $$")
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr
+
+
+def test_sigint_reaches_the_command(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "memagent.cli", "run", "--", sys.executable, "-c",
+                             WAITS_FOR_SIGINT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGINT)
+        assert proc.stdout.readline() == "got SIGINT\n"
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 7, err
+    assert "Traceback" not in err
+
+
+def test_record_writes_a_recording(tmp_path: Path) -> None:
+    out = tmp_path / "run.rec"
+    r = memagent_cli("run", "--record", str(out), "--", sys.executable, "-c", FORKED)
+    assert r.returncode == 0, r.stderr
+    frames = list(open_recording([str(out)]))
+    assert frames, "an empty recording"
+
+
+@pytest.mark.parametrize("args", [
+    ["--budget-rss", "bogus", "--", "true"],
+    ["--budget-rss", "-1", "--", "true"],
+    ["--over-budget-status", "256", "--", "true"],
+    ["--interval", "nan", "--", "true"],
+    [],
+    ["--"],
+])
+def test_hostile_arguments_one_line(args: list[str]) -> None:
+    r = memagent_cli("run", *args)
+    assert r.returncode == 2
+    one_line(r.stderr)
+
+
+def test_hostile_command_name_one_line(tmp_path: Path) -> None:
+    r = memagent_cli("run", "--", "a\nb\x1b[31m")
+    assert r.returncode == 127
+    one_line(r.stderr)
+    assert "\x1b" not in r.stderr
+
+
+def test_record_refuses_an_existing_file(tmp_path: Path) -> None:
+    out = tmp_path / "exists.rec"
+    out.write_bytes(b"")
+    r = memagent_cli("run", "--record", str(out), "--", "true")
+    assert r.returncode == 2
+    one_line(r.stderr)
+    assert os.path.getsize(out) == 0
