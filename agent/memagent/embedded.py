@@ -9,14 +9,10 @@ path. It watches the current user's Python processes (everyone's when root); wit
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import shutil
-import tempfile
-import threading
 
-from .agent import Agent
+from .agent_thread import AgentThread
 from .config import AgentConfig
 from .demo_fleet import Fleet, attach_fleet
 
@@ -25,63 +21,26 @@ log = logging.getLogger(__name__)
 DEFAULT_PATTERNS = ("python*",)
 
 
-class EmbeddedAgent:
+class EmbeddedAgent(AgentThread):
     """An agent running in a daemon thread; :meth:`stop` ends it and removes its socket."""
 
     def __init__(self, *, interval: float = 0.5, patterns: tuple[str, ...] = DEFAULT_PATTERNS,
                  demo: bool = False) -> None:
-        self._dir = tempfile.mkdtemp(prefix="memtop-")
-        self.socket = os.path.join(self._dir, "memagent.sock")
-        self.agent = Agent(AgentConfig(socket=self.socket, interval=interval, auto=list(patterns)))
+        super().__init__(lambda socket: AgentConfig(socket=socket, interval=interval, auto=list(patterns)),
+                         prefix="memtop-", name="memagent-embedded")
         if os.geteuid() != 0:
             uid = os.getuid()
             self.agent.scanner.may_watch = lambda owner: owner == uid
         self.demo = demo
         self._fleet: Fleet | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="memagent-embedded", daemon=True)
 
-    def start(self, timeout: float = 10.0) -> str:
-        """Start and wait until the socket listens; returns its path."""
-        self._thread.start()
-        if not self._ready.wait(timeout):
-            raise TimeoutError("the embedded agent did not start")
-        if self._error is not None:
-            raise self._error
-        return self.socket
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
-            self._error = exc
-            self._ready.set()
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        ready = asyncio.Event()
-        serving = asyncio.ensure_future(self.agent.run(self._stop, ready))
-        await ready.wait()
+    async def on_ready(self) -> None:
         if self.demo:
-            await self._start_demo()
-        self._ready.set()
-        await serving
-
-    async def _start_demo(self) -> None:
-        fleet = Fleet()
-        self._fleet = fleet
-        fleet.start()
-        for problem in await attach_fleet(fleet, self.agent.registry):
-            log.info("demo: %s", problem)
-
-    @property
-    def running(self) -> bool:
-        """Whether the agent's thread still serves (False once :meth:`stop` returned)."""
-        return self._thread.is_alive()
+            fleet = Fleet()
+            self._fleet = fleet
+            fleet.start()
+            for problem in await attach_fleet(fleet, self.agent.registry):
+                log.info("demo: %s", problem)
 
     def stop(self) -> None:
         # The fleet first: its members die with the agent's thread too (PR_SET_PDEATHSIG
@@ -89,10 +48,7 @@ class EmbeddedAgent:
         if self._fleet is not None:
             self._fleet.stop()
             self._fleet = None
-        if self._loop is not None and self._stop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(10)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        super().stop()
 
 
 def start_embedded(*, interval: float = 0.5, demo: bool = False) -> EmbeddedAgent:

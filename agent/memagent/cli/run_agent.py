@@ -1,20 +1,16 @@
 """The processes of ``memagent run``: CMD forked and held before its ``exec``
 (:class:`Child`), its orphans reaped (:meth:`Child.reap_orphans`, :func:`become_subreaper`), and
 the agent that watches them, in a thread of its own on a private socket
-(:class:`RunAgent`: :class:`memagent.embedded.EmbeddedAgent`'s pattern, which the layers
-keep out of ``cli``'s reach, without auto-attach patterns)."""
+(:class:`RunAgent`: a :class:`memagent.agent_thread.AgentThread`, as memtop's embedded
+agent is, without auto-attach patterns)."""
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
-import shutil
 import signal
-import tempfile
-import threading
 
-from ..agent import Agent
+from ..agent_thread import AgentThread
 from ..config import AgentConfig
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -100,56 +96,20 @@ class Child:
         return 128 - code if code < 0 else code
 
 
-class RunAgent:
-    """An :class:`Agent` in a daemon thread on a private socket (a 0700 temporary
-    directory), no state directory, attaching only what it is told."""
+class RunAgent(AgentThread):
+    """An agent in a daemon thread on a private socket (a 0700 temporary directory), no
+    state directory, attaching only what it is told."""
 
     def __init__(self, interval: float) -> None:
-        self._dir = tempfile.mkdtemp(prefix="memagent-run-")
-        self.socket = os.path.join(self._dir, "memagent.sock")
-        self.agent = Agent(AgentConfig(socket=self.socket, interval=interval))
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="memagent-run-agent", daemon=True)
-
-    def start(self, timeout: float = 10.0) -> None:
-        self._thread.start()
-        if not self._ready.wait(timeout):
-            raise TimeoutError("the embedded agent did not start")
-        if self._error is not None:
-            raise self._error
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
-            self._error = exc
-            self._ready.set()
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        ready = asyncio.Event()
-        serving = asyncio.ensure_future(self.agent.run(self._stop, ready))
-        await ready.wait()
-        self._ready.set()
-        await serving
+        super().__init__(lambda socket: AgentConfig(socket=socket, interval=interval),
+                         prefix="memagent-run-", name="memagent-run-agent")
 
     def attach_before_exec(self, pid: int, label: str, timeout: float = 10.0) -> None:
         """Watch ``pid`` and its descendants, a child held before its ``exec``: as a
         followed parent's child attached at its fork, its figures start afresh at that
         ``exec`` (its parent's image is not its memory). MemagentError if it cannot be."""
-        assert self._loop is not None
 
         async def attach() -> None:
             self.agent.registry.attach(pid, label=label, children=True)[0].pre_exec = True
 
-        asyncio.run_coroutine_threadsafe(attach(), self._loop).result(timeout)
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(10)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self.call(attach, timeout)
