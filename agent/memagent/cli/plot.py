@@ -16,13 +16,12 @@ import tempfile
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from memproto.text import printable
 from memproto.units import format_size
 
 from .args import Parser, UsageError, pid_arg
 from .plot_data import plot_data, title
 from .recorded import RecordingUnavailable, add_source_arguments, load_timeline
-from .report import EXIT_FAILED, EXIT_OK, EXIT_USAGE, NO_RECORDING, fail, print_json
+from .report import EXIT_USAGE, NO_RECORDING, CommandFailed, finish
 from .timeline import iso
 
 PROG = "memagent plot"
@@ -42,12 +41,8 @@ EPILOG = ("The format is the suffix of -o: .png and .svg need the plot extra (pi
           "window, or the file cannot be written; 2 a usage error or matplotlib missing.")
 
 
-class PlotFailed(Exception):
-    """The plot cannot be made: one line for stderr, an error code for ``--json``, an exit code."""
-
-    def __init__(self, code: str, message: str, status: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.code, self.status = code, status
+class PlotFailed(CommandFailed):
+    """The plot cannot be made."""
 
 
 def size_arg(text: str) -> tuple[int, int]:
@@ -167,16 +162,7 @@ def make_plot(args: argparse.Namespace) -> tuple[dict[str, object], str]:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    try:
-        done, line = make_plot(args)
-    except PlotFailed as exc:
-        fail(args.json, f"{PROG}: {exc}", exc.code, str(exc))
-        return exc.status
-    if args.json:
-        print_json(done)
-    else:
-        print(printable(line))
-    return EXIT_OK
+    return finish(args.json, PROG, lambda: make_plot(args))
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"plot": cmd_plot}

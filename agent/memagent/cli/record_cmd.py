@@ -20,7 +20,6 @@ import errno
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,13 +30,12 @@ from memproto.client_side import ConnectionLost, DaemonTimeout, RequestFailed
 from memproto.frames import AlertRaised, Attached, Detached, Dropped, Exited, Frame, Sample, StackStateChanged
 from memproto.recording import FORMAT_VERSION, HeadroomSnapshot, PeakStack, SegmentHeader, SegmentWriter
 from memproto.records import DaemonStatus, ProcessInfo
-from memproto.text import printable
 from memproto.vocabulary import StackState
 
 from .args import Parser, pid_arg, seconds_arg
 from .client import Client, connect
 from .render import human_bytes
-from .report import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail, print_json
+from .report import EXIT_USAGE, CommandFailed, finish
 
 PROG = "memagent record"
 #: Seconds between two batches written, and between two headroom snapshots.
@@ -59,12 +57,8 @@ EPILOG = ("Stops at --duration, Ctrl-C or SIGTERM (exit 0), or when the daemon g
           "with memagent history --file, report, plot, memtop --replay.")
 
 
-class RecordFailed(Exception):
-    """The recording cannot go on, or cannot begin: a line, a ``--json`` code, an exit code."""
-
-    def __init__(self, code: str, message: str, status: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.code, self.status = code, status
+class RecordFailed(CommandFailed):
+    """The recording cannot go on, or cannot begin."""
 
 
 def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
@@ -317,17 +311,7 @@ def record(args: argparse.Namespace) -> tuple[dict[str, object], str]:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    try:
-        done, line = record(args)
-    except RecordFailed as exc:
-        fail(args.json, f"{PROG}: {exc}", exc.code, str(exc))
-        return exc.status
-    if args.json:
-        print_json(done)
-    else:
-        print(printable(line))
-    sys.stdout.flush()
-    return EXIT_OK
+    return finish(args.json, PROG, lambda: record(args))
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"record": cmd_record}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from memproto.records import Failure
@@ -37,6 +37,31 @@ USAGE: Final = "usage"
 UNEXPECTED: Final = "unexpected"
 #: ``history``, ``report``, ``plot``: no recording to read, or not a recording (exit 1).
 NO_RECORDING: Final = "no-recording"
+
+
+class CommandFailed(Exception):
+    """A command that cannot do its work (``record``, ``plot``): one line for stderr, an
+    error code for ``--json``, an exit code. :func:`finish` reports it."""
+
+    def __init__(self, code: str, message: str, status: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code, self.status = code, status
+
+
+def finish(as_json: bool, prog: str, work: Callable[[], tuple[dict[str, object], str]]) -> int:
+    """Run ``work``, which returns what it did as JSON and as a line for people, and
+    print one of them; a :class:`CommandFailed` becomes its line (and JSON error) and status."""
+    try:
+        done, line = work()
+    except CommandFailed as exc:
+        fail(as_json, f"{prog}: {exc}", exc.code, str(exc))
+        return exc.status
+    if as_json:
+        print_json(done)
+    else:
+        print(printable(line))
+    sys.stdout.flush()
+    return EXIT_OK
 
 
 def print_json(value: object) -> None:
