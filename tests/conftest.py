@@ -18,8 +18,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes.fakenvml import build_fake_nvml
@@ -160,6 +162,19 @@ def make_target() -> Iterator[Callable[..., Target]]:
     yield make
     for t in targets:
         t.kill()
+
+
+def poll(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    """``check()``'s first truthy value, asked every 50 ms; AssertionError naming ``what``
+    and the last value after ``timeout`` s (for a state with no event to await)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g} s (last: {value!r})")
+        time.sleep(0.05)
 
 
 def wait_sample(client: Client, pid: int, predicate: Callable[[dict[str, object]], bool],

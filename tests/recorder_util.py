@@ -9,10 +9,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from conftest import HERE, Daemon, memagent_cli
 
@@ -58,16 +56,6 @@ def status(d: Daemon) -> DaemonStatus:
     with d.client() as c:
         return c.status()
 
-
-def poll(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g} s (last: {value!r})")
-        time.sleep(0.05)
 
 
 def attach(d: Daemon, pids: list[int], *extra: str) -> None:

@@ -13,13 +13,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import Daemon, MiB, Target, memagent_cli, wait_sample
+from conftest import Daemon, MiB, Target, memagent_cli, poll, wait_sample
 
 from memproto.frames import Attached
 from memproto.recording import RecordingError, SegmentReader
@@ -27,16 +26,6 @@ from memproto.recording import RecordingError, SegmentReader
 SVG = "{http://www.w3.org/2000/svg}"
 LABEL = "e2e-job"
 
-
-def poll(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g} s (last: {value!r})")
-        time.sleep(0.05)
 
 
 def subscribed(path: Path) -> bool:

@@ -18,20 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Daemon, MiB, Target, memagent_cli, wait_sample
+from conftest import Daemon, MiB, Target, memagent_cli, poll, wait_sample
 
 from memproto.frames import Sample
-
-
-def poll(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g} s (last: {value!r})")
-        time.sleep(0.1)
 
 
 def history_json(d: Daemon, *args: str) -> Any:

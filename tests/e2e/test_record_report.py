@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from conftest import TEST_USER, Daemon, MiB, Target, as_user, memagent_cli
+from conftest import TEST_USER, Daemon, MiB, Target, as_user, memagent_cli, poll
 
 from memagent.cli.client import Client
 from memagent.cli.main import main
@@ -45,16 +45,6 @@ def frames(path: Path) -> list[Frame]:
 def sample_times(path: Path) -> list[float]:
     return [f.time for f in frames(path) if isinstance(f, Sample)]
 
-
-def poll(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g} s (last: {value!r})")
-        time.sleep(0.05)
 
 
 @contextlib.contextmanager

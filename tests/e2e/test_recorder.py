@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import Daemon, MiB
-from recorder_util import KiB, attach, churn, config, poll, read_segment, segments, sequence, status
+from conftest import Daemon, MiB, poll
+from recorder_util import KiB, attach, churn, config, read_segment, segments, sequence, status
 
 from memproto.frames import Attached, Sample
 from memproto.recording import SUFFIX, SegmentHeader, SegmentWriter, open_recording

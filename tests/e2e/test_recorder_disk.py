@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Daemon, MiB, Target, as_user, memagent_cli
-from recorder_util import KiB, attach, churn, config, poll, read_segment, segments, sequence, status
+from conftest import Daemon, MiB, Target, as_user, memagent_cli, poll
+from recorder_util import KiB, attach, churn, config, read_segment, segments, sequence, status
 
 from memproto.frames import Sample
 from memproto.recording import SUFFIX, open_recording
