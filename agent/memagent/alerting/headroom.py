@@ -21,9 +21,10 @@ Pure: every input is passed in (the engine reads /proc, cgroups and NVML through
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from memproto.records import Contributor, Headroom
+from memproto.records import Contributor, Headroom, HostMemory
 
 from ..config import HeadroomConfig
 from ..core.watched import Watched
@@ -37,6 +38,13 @@ class HostInputs:
     total: int
     available: int
     cgroup_limit: int | None
+
+
+def host_memory(meminfo: Mapping[str, int]) -> HostMemory:
+    """The host's memory as the wire reports it (``status.host``, a recording's headroom
+    snapshot), from :meth:`memagent.proc.procfs.ProcFS.meminfo`."""
+    return HostMemory(meminfo.get("MemTotal", 0), meminfo.get("MemAvailable", meminfo.get("MemFree", 0)),
+                      meminfo.get("SwapTotal", 0), meminfo.get("SwapFree", 0))
 
 
 def contribution(w: Watched) -> int:

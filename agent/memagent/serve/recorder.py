@@ -35,11 +35,12 @@ from typing import TypeVar
 
 from memproto.frames import AlertRaised, Attached, Detached, Exited, Frame, StackStateChanged
 from memproto.recording import FORMAT_VERSION, HeadroomSnapshot, PeakStack, SegmentHeader, SegmentWriter
-from memproto.records import Alert, Headroom, HostMemory, StackDump
+from memproto.records import Alert, Headroom, StackDump
 from memproto.version import PROTOCOL_VERSION
 
 from .. import SOFTWARE
 from ..alerting.engine import AlertEngine
+from ..alerting.headroom import host_memory
 from ..config import MiB, RecordConfig
 from ..core.registry import Events, Registry
 from ..core.stack_collector import StackCollector
@@ -178,10 +179,7 @@ class FlightRecorder:
             self._add(self._snapshot(now))
 
     def _snapshot(self, now: float) -> HeadroomSnapshot:
-        mem = self.procfs.meminfo()
-        host = HostMemory(mem.get("MemTotal", 0), mem.get("MemAvailable", mem.get("MemFree", 0)),
-                          mem.get("SwapTotal", 0), mem.get("SwapFree", 0))
-        return HeadroomSnapshot(now, host, list(self.alerts.headroom))
+        return HeadroomSnapshot(now, host_memory(self.procfs.meminfo()), list(self.alerts.headroom))
 
     def _add(self, frame: Frame) -> None:
         writer = self.writer

@@ -14,10 +14,11 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from memproto.records import Alert, DaemonStatus, GpuInfo, HostMemory
+from memproto.records import Alert, DaemonStatus, GpuInfo
 
 from .. import SOFTWARE
 from ..alerting.engine import AlertEngine
+from ..alerting.headroom import host_memory
 from ..config import AgentConfig
 from ..core.gpu import GpuSampler
 from ..core.process_events import ProcessEvents
@@ -50,13 +51,7 @@ class StatusReport:
     def build(self, access: Access) -> DaemonStatus:
         visible = self.registry.visible(access.may_watch)
         own = own_pids(access, self.registry)
-        mem = self.procfs.meminfo()
-        host = HostMemory(
-            total_bytes=mem.get("MemTotal", 0),
-            available_bytes=mem.get("MemAvailable", mem.get("MemFree", 0)),
-            swap_total_bytes=mem.get("SwapTotal", 0),
-            swap_free_bytes=mem.get("SwapFree", 0),
-        )
+        host = host_memory(self.procfs.meminfo())
         stacks, rec = self.config.stacks, self.recorder
         return DaemonStatus(
             software=SOFTWARE,
