@@ -1,0 +1,165 @@
+"""The pytest plugin (memagent.pytest_plugin, docs/pytest.md) in real pytest runs: each
+test here writes a test file and runs pytest on it in a subprocess, where the plugin is
+loaded as any user's would be, by its entry point.
+
+The inner tests allocate bytes they write (``b"x" * n``: every page touched), so RSS grows
+by what they allocate; the plugin's growth figure must match it to within a few %.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+MiB = 1 << 20
+
+BUDGETS = """
+import pytest
+
+MiB = 1 << 20
+
+@pytest.mark.memory_budget("200MiB")
+def test_over():
+    data = b"x" * (300 * MiB)
+    assert len(data)
+
+@pytest.mark.memory_budget("200MiB")
+def test_under():
+    data = b"x" * (50 * MiB)
+    assert len(data)
+
+@pytest.mark.memory_budget("100MiB", growth=True)
+def test_grows_briefly():
+    data = b"x" * (150 * MiB)
+    del data  # freed before the test ends: the high-water mark still has it
+"""
+
+PEAKS = """
+MiB = 1 << 20
+
+def test_hundred():
+    data = b"x" * (100 * MiB)
+    assert len(data)
+
+def test_brief_sixty():
+    data = b"x" * (60 * MiB)
+    del data
+
+def test_forty():  # after bigger tests: their high-water mark must not leak into its peak
+    data = b"x" * (40 * MiB)
+    assert len(data)
+
+def test_nothing():
+    pass
+"""
+
+#: A summary row: PEAK GROWTH EXACT TEST (sizes as memproto.units.format_size writes them long).
+ROW = re.compile(r"^\s*([\d.]+ [KMG]?i?B)\s+([\d.]+ [KMG]?i?B)\s+(yes|no)\s+(\S+)$")
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def _bytes(text: str) -> float:
+    number, unit = text.split()
+    return float(number) * UNITS[unit]
+
+
+def _rows(output: str) -> dict[str, tuple[float, float, str]]:
+    rows = {}
+    for line in output.splitlines():
+        m = ROW.match(line)
+        if m:
+            rows[m.group(4).split("::")[-1]] = (_bytes(m.group(1)), _bytes(m.group(2)), m.group(3))
+    return rows
+
+
+def _same_run(output: str) -> list[str]:
+    """The output but for what differs between two runs: the plugins loaded, the duration."""
+    return [re.sub(r" in [\d.]+s ", " in Ns ", line) for line in output.splitlines() if not line.startswith("plugins:")]
+
+
+def test_budget_fails_a_test_over_it_and_passes_one_under_it(pytester: pytest.Pytester) -> None:
+    """Without --memagent: the marker is the ask. 300 MiB over 200MiB fails naming the budget;
+    50 MiB passes; a brief 150 MiB growth fails a 100MiB growth budget; no summary."""
+    pytester.makepyfile(test_budgets=BUDGETS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rf", timeout=60)
+    result.assert_outcomes(passed=1, failed=2)
+    out = result.stdout.str()
+    # The failure's one line, under the test's header in the FAILURES section.
+    assert re.search(r"_ test_over _+\nmemory_budget: peak RSS [\d.]+ MiB exceeds the budget of 200 MiB "
+                     r"by [\d.]+ MiB\n", out), out
+    assert re.search(r"_ test_grows_briefly _+\nmemory_budget: growth 1[45]\d(\.\d)? MiB \(peak [\d.]+ MiB - "
+                     r"[\d.]+ MiB at the test's start\) exceeds the budget of 100 MiB by", out), out
+    assert "FAILED test_budgets.py::test_over - Failed: memory_budget" in out
+    assert "test_under" not in out
+    assert "memagent: peak RSS per test" not in out and "Traceback" not in out
+
+
+def test_summary_gives_each_tests_exact_peak(pytester: pytest.Pytester) -> None:
+    """--memagent: each test's growth is what it allocated (the kernel's high-water mark,
+    reset before each test), biggest peak first, top N, and exact."""
+    pytester.makepyfile(test_peaks=PEAKS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--memagent", "--memagent-top", "3", timeout=60)
+    result.assert_outcomes(passed=4)
+    out = result.stdout.str()
+    assert "memagent: peak RSS per test" in out
+    rows = _rows(out)
+    assert list(rows) == ["test_hundred", "test_brief_sixty", "test_forty"], out  # biggest first; top 3
+    assert "(1 more tests not shown: --memagent-top N)" in out
+    for name, allocated in (("test_hundred", 100 * MiB), ("test_brief_sixty", 60 * MiB), ("test_forty", 40 * MiB)):
+        peak, growth, exact = rows[name]
+        assert exact == "yes"
+        # The allocation, its page rounding and the interpreter's own few pages: within 3 % + 1 MiB.
+        assert allocated * 0.99 <= growth <= allocated * 1.03 + MiB, (name, growth, out)
+        baseline = peak - growth  # RSS at the test's start: pytest itself, tens of MiB
+        assert 10 * MiB < baseline < 200 * MiB, (name, baseline, out)
+
+
+def test_nothing_asked_nothing_done(pytester: pytest.Pytester) -> None:
+    """Without --memagent and without markers the plugin prints nothing and imports nothing
+    of the agent (it loads in every pytest run of the environment)."""
+    pytester.makepyfile(test_plain="""
+        import sys
+
+        def test_nothing_of_the_agent_loaded():
+            loaded = [m for m in sys.modules if m.startswith(("memagent.", "memproto"))]
+            assert set(loaded) <= {"memagent.pytest_plugin"}, loaded
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=60)
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines([r"plugins: .*memagent-\d"])  # it was loaded (by its entry point)
+    without = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:memagent", timeout=60)
+    without.assert_outcomes(passed=1)
+    assert _same_run(result.stdout.str()) == _same_run(without.stdout.str())
+    assert result.stderr.str() == without.stderr.str() == ""
+    assert "memory_budget" in pytester.runpytest_subprocess("--markers", timeout=60).stdout.str()
+
+
+@pytest.mark.parametrize(("marker", "says"), [
+    ('memory_budget("lots")', "memory_budget: not a size: 'lots' (use e.g. 512MiB, 2G, 1.5GiB or bytes)"),
+    ("memory_budget()", "memory_budget: expected memory_budget(SIZE) or memory_budget(SIZE, growth=True)"),
+    ('memory_budget("1G", grow=True)', "(unknown: grow)"),
+    ('memory_budget("1G", growth="yes")', "memory_budget: growth must be True or False, not 'yes'"),
+    ("memory_budget(-5)", "memory_budget: a size cannot be negative"),
+])
+def test_bad_marker_is_one_line_error(pytester: pytest.Pytester, marker: str, says: str) -> None:
+    pytester.makepyfile(test_bad=f"""
+        import pytest
+
+        @pytest.mark.{marker}
+        def test_it():
+            pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=60)
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    assert says in out, out
+    assert "Traceback" not in out and "INTERNALERROR" not in out and "pytest_plugin.py" not in out, out
+
+
+def test_bad_top_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--memagent", "--memagent-top", "0", timeout=60)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--memagent-top: must be at least 1: 0" in result.stderr.str()
