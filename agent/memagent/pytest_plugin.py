@@ -244,7 +244,7 @@ def over_budget(peak: TestPeak, budget: Budget, rss_start: int, refused: str | N
     what = (f"growth {format_size(value, long=True)} (peak {format_size(peak.peak, long=True)} - "
             f"{format_size(rss_start, long=True)} at the test's start)" if budget.growth
             else f"peak RSS {format_size(value, long=True)}")
-    caveat = "" if peak.exact else f" [not exact: a lower bound; {refused}]"
+    caveat = "" if peak.exact else f" [not exact: a lower bound; the kernel refused the reset: {refused}]"
     return (f"{MARKER}: {what} exceeds the budget of {format_size(budget.size, long=True)} "
             f"by {format_size(value - budget.size, long=True)}{caveat}")
 

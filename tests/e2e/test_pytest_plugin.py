@@ -8,7 +8,11 @@ by what they allocate; the plugin's growth figure must match it to within a few 
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
+import sys
 
 import pytest
 
@@ -163,3 +167,42 @@ def test_bad_top_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--memagent", "--memagent-top", "0", timeout=60)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--memagent-top: must be at least 1: 0" in result.stderr.str()
+
+
+NOT_EXACT = """
+import pytest
+
+MiB = 1 << 20
+kept = []
+
+def test_new_high():  # above every earlier RSS of the process: VmHWM rose, the peak is exact
+    data = b"x" * (100 * MiB)
+    assert len(data)
+
+@pytest.mark.memory_budget("20MiB", growth=True)
+def test_below_the_old_high():  # under test_new_high's mark: only a lower bound is known
+    kept.append(b"x" * (40 * MiB))  # still resident at the end: the lower bound sees it
+"""
+
+
+def test_refused_reset_is_flagged_not_exact(pytester: pytest.Pytester) -> None:
+    """Where the kernel refuses the reset (here /proc mounted read-only, as in some
+    containers: clear_refs gives EROFS), a peak is exact only when the process's
+    high-water mark rose during the test; the others are flagged and called lower bounds."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a private read-only /proc needs root and unshare")
+    pytester.makepyfile(test_not_exact=NOT_EXACT)
+    pytest_cmd = shlex.join([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--memagent"])
+    result = pytester.run("unshare", "--mount", "--propagation", "private", "sh", "-c",
+                          f"mount -o remount,bind,ro /proc && exec {pytest_cmd}", timeout=60)
+    out = result.stdout.str()
+    if "Traceback" not in out and "passed" not in out and "failed" not in out:
+        pytest.skip(f"cannot mount a private /proc here: {result.stderr.str()}")
+    assert result.parseoutcomes() == {"passed": 1, "failed": 1}, out
+    rows = _rows(out)
+    assert rows["test_new_high"][2] == "yes" and 99 * MiB <= rows["test_new_high"][1] <= 104 * MiB, out
+    _, growth, exact = rows["test_below_the_old_high"]
+    assert exact == "no" and 39 * MiB <= growth <= 44 * MiB, out
+    assert re.search(r"memory_budget: growth [\d.]+ MiB .* exceeds the budget of 20.0 MiB by [\d.]+ MiB "
+                     r"\[not exact: a lower bound; the kernel refused the reset: .*Read-only file system\]", out), out
+    assert "not exact: the kernel refused the reset of the high-water mark" in out
