@@ -61,13 +61,14 @@ def test_nothing():
 """
 
 #: A summary row: PEAK GROWTH EXACT TEST (sizes as memproto.units.format_size writes them long).
-ROW = re.compile(r"^\s*([\d.]+ [KMG]?i?B)\s+([\d.]+ [KMG]?i?B)\s+(yes|no)\s+(\S+)$")
+ROW = re.compile(r"^\s*([\d.]+ ?[KMG]?i?B)\s+([\d.]+ ?[KMG]?i?B)\s+(yes|no)\s+(\S+)$")
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
 def _bytes(text: str) -> float:
-    number, unit = text.split()
-    return float(number) * UNITS[unit]
+    m = re.fullmatch(r"([\d.]+) ?([KMG]?i?B)", text)
+    assert m is not None, text
+    return float(m.group(1)) * UNITS[m.group(2)]
 
 
 def _rows(output: str) -> dict[str, tuple[float, float, str]]:
