@@ -3,8 +3,9 @@
 
 1. Overhead: the suite run bare (both plugins installed, neither asked), with ``--memagent``
    and with ``--memray``, interleaved (the order rotates each round): the wall time of the
-   whole pytest run, start-up included, and its ratio to the bare run of the same round
-   (median, and the range over the rounds).
+   whole pytest run, start-up included, and its CPU time (pytest and its children, user +
+   system: it moves less with the box's other load), each as a ratio to the bare run of the
+   same round (median, and the range over the rounds).
 2. What memagent's per-test work costs, in this process: the reset of the high-water mark
    and the two reads of ``/proc/self`` (statm, status) at the start, one read at the end.
 3. What each reports and what each catches: per test, memagent's peak RSS and growth (its
@@ -12,7 +13,7 @@
    same budget fails as ``memory_budget`` (peak RSS, pytest's own RSS included),
    ``memory_budget(growth=True)`` and memray's ``limit_memory`` (results from --junitxml).
 
-    python bench/pytest_compare.py [--rounds 5] [--budget-mib 100]
+    python bench/pytest_compare.py [--rounds 7] [--budget-mib 100]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,16 +44,23 @@ MEMRAY_TOTAL = re.compile(r"Total memory allocated: ([\d.]+)\s*([KMGT]?i?B)")
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 
 
-def run_suite(extra: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
-    """(wall seconds, stdout) of one pytest run of the suite, from its own root."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_suite(extra: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds, stdout) of one pytest run of the suite, from its own root.
+    The CPU time (user + system, pytest and its children) moves less than the wall time
+    with what else the box runs."""
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", *extra]
-    t0 = time.perf_counter()
+    cpu0, t0 = _children_cpu(), time.perf_counter()
     done = subprocess.run(argv, cwd=SUITE, capture_output=True, text=True, env={**os.environ, **(env or {})},
                           timeout=600)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
     if done.returncode not in (0, 1):  # 1: tests failed, as the catch runs mean them to
         raise SystemExit(f"pytest {' '.join(extra)} exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr}")
-    return wall, done.stdout
+    return wall, cpu, done.stdout
 
 
 def size(text: str, unit: str = "") -> float:
@@ -104,6 +113,8 @@ def reset_cost(rounds: int = 3000) -> str:
 
     handle = ProcFS().open(os.getpid())
     parts = []
+    for _ in range(rounds):  # warm: the first calls pay for caches
+        handle.clear_refs()
     for ballast_mib in (0, 512):
         ballast = b"x" * (ballast_mib * MiB)
         t0 = time.perf_counter()
@@ -125,26 +136,30 @@ def spread(values: list[float], unit: str = "") -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--budget-mib", type=int, default=100)
     args = p.parse_args()
     names = list(MODES)
     walls: dict[str, list[float]] = {name: [] for name in names}
+    cpus: dict[str, list[float]] = {name: [] for name in names}
     outputs: dict[str, str] = {}
     run_suite([])  # warm the page cache and the bytecode caches: the first run is not a round
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            wall, out = run_suite(MODES[name])
+            wall, cpu, out = run_suite(MODES[name])
             walls[name].append(wall)
+            cpus[name].append(cpu)
             outputs.setdefault(name, out)
     print(f"memagent {version('memagent')} (pytest --memagent) against pytest-memray {version('pytest-memray')} "
           f"(--memray, memray {version('memray')}), pytest {version('pytest')}, on bench/pytest_suite")
-    print(f"1. overhead: wall time of a whole pytest run of the suite (start-up included), {args.rounds} rounds "
-          f"interleaved; ratio to the bare run of the same round")
-    for name in names:
-        ratios = [w / b for w, b in zip(walls[name], walls["bare"], strict=True)]
-        ratio = "" if name == "bare" else f"   x{spread(ratios)}"
-        print(f"   {name:<11} {spread(walls[name], ' s')}{ratio}")
+    print(f"1. overhead: a whole pytest run of the suite (start-up included), {args.rounds} rounds interleaved; "
+          f"ratio to the bare run of the same round")
+    for label, times in (("wall time", walls), ("CPU time (user + system)", cpus)):
+        print(f"   {label}")
+        for name in names:
+            ratios = [w / b for w, b in zip(times[name], times["bare"], strict=True)]
+            ratio = "" if name == "bare" else f"   x{spread(ratios)}"
+            print(f"     {name:<11} {spread(times[name], ' s')}{ratio}")
     print(f"2. memagent's work per test (reset of VmHWM, 2 reads at the start, 1 at the end): {reset_cost()}")
     print(f"3. what each reports, and what the same budget ({args.budget_mib} MiB) on every test fails")
     found = {mark: verdicts(mark, args.budget_mib) for mark in MARKS}
