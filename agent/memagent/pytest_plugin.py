@@ -69,6 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
+    """A test's ``memory_budget``: bytes, and whether they bound the growth or the peak."""
+
     size: int
     growth: bool
 
@@ -84,40 +86,34 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True)
-class TestPeak:
+class Measured:
+    """One test's figures, as the summary lists them."""
+
     nodeid: str
     peak: int
     #: peak - RSS at the test's start.
     growth: int
     exact: bool
 
-    __test__ = False  # a name pytest would otherwise try to collect
 
-
-class BadMarker(Exception):
-    """A ``memory_budget`` marker that cannot be read; the message says why, in one line."""
-
-
-def budget_of(item: pytest.Item) -> Budget | None:
-    """The test's ``memory_budget`` marker, checked: :class:`BadMarker` when it is wrong."""
-    marker = item.get_closest_marker(MARKER)
-    if marker is None:
-        return None
+def read_budget(marker: pytest.Mark) -> tuple[Budget | None, str | None]:
+    """A ``memory_budget`` marker, checked: (the budget, None), or (None, what is wrong, in
+    one line, ``memory_budget: ...``)."""
     from memagent.config_schema import parse_size
     from memagent.errors import ConfigError
 
-    usage = f'{MARKER}: expected {MARKER}(SIZE) or {MARKER}(SIZE, growth=True), e.g. {MARKER}("200MiB")'
     unknown = sorted(set(marker.kwargs) - {"growth"})
     if len(marker.args) != 1 or unknown:
-        raise BadMarker(usage + (f" (unknown: {', '.join(unknown)})" if unknown
-                                 else f" (got {len(marker.args)} arguments)"))
+        usage = f'{MARKER}: expected {MARKER}(SIZE) or {MARKER}(SIZE, growth=True), e.g. {MARKER}("200MiB")'
+        got = f"unknown: {', '.join(unknown)}" if unknown else f"got {len(marker.args)} arguments"
+        return None, f"{usage} ({got})"
     growth = marker.kwargs.get("growth", False)
     if not isinstance(growth, bool):
-        raise BadMarker(f"{MARKER}: growth must be True or False, not {growth!r}")
+        return None, f"{MARKER}: growth must be True or False, not {growth!r}"
     try:
-        return Budget(parse_size(marker.args[0], MARKER), growth)
+        return Budget(parse_size(marker.args[0], MARKER), growth), None
     except ConfigError as exc:
-        raise BadMarker(str(exc)) from None
+        return None, str(exc)
 
 
 class _Meter:
@@ -168,7 +164,7 @@ class PeakRecorder:
     def __init__(self, config: pytest.Config) -> None:
         self.report = bool(config.getoption("memagent"))
         self.top: int = config.getoption("memagent_top")
-        self.peaks: list[TestPeak] = []
+        self.peaks: list[Measured] = []
         self._meter: _Meter | None = None
         #: Why this process's memory cannot be read at all (then nothing is measured).
         self.unavailable: str | None = None
@@ -194,11 +190,8 @@ class PeakRecorder:
         """Opens the test's window before any fixture is set up. A bad marker (or no way to
         read this process's memory for a budget) fails the setup, once the other plugins'
         setup hooks have run: they expect their teardown to find what their setup left."""
-        problem = None
-        try:
-            budget = budget_of(item)
-        except BadMarker as exc:
-            budget, problem = None, str(exc)
+        marker = item.get_closest_marker(MARKER)
+        budget, problem = (None, None) if marker is None else read_budget(marker)
         if budget is not None or self.report:
             meter = self.meter()
             if meter is not None:
@@ -220,7 +213,7 @@ class PeakRecorder:
             result = yield
         finally:
             peak, exact = self._meter.end(window)
-            measured = TestPeak(item.nodeid, peak, peak - window.rss_start, exact)
+            measured = Measured(item.nodeid, peak, peak - window.rss_start, exact)
             self.peaks.append(measured)
         if budget is not None:
             verdict = over_budget(measured, budget, window.rss_start, self._meter.refused)
@@ -234,7 +227,7 @@ class PeakRecorder:
             write_summary(terminalreporter, self)
 
 
-def over_budget(peak: TestPeak, budget: Budget, rss_start: int, refused: str | None) -> str | None:
+def over_budget(peak: Measured, budget: Budget, rss_start: int, refused: str | None) -> str | None:
     """The one-line reason a test fails its budget, None within it."""
     from memproto.units import format_size
 
