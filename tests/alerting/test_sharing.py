@@ -16,7 +16,7 @@ import pytest
 from proctree import TRAINER, GiB, MiB, ProcTree
 
 from memagent.alerting.engine import AlertEngine
-from memagent.alerting.sharing import SHARED_MOVE
+from memagent.alerting.sharing import EXIT_SETTLE, SHARED_MOVE
 from memagent.config import AlertConfig, HeadroomConfig
 from memagent.core.registry import Registry
 from memagent.core.sampler import Sampler
@@ -48,11 +48,11 @@ class Box:
         self.share(pid, rss, pss, maps)
         self.registry.attach(pid, now=self.now)
 
-    def share(self, pid: int, rss: int, pss: int, maps: str | None = None) -> None:
+    def share(self, pid: int, rss: int, pss: int, maps: str | None = None, shared: int = 0) -> None:
         if maps is None:
-            self.tree.set_smaps_rollup(pid, rss, pss)
+            self.tree.set_smaps_rollup(pid, rss, pss, shared=shared)
         else:
-            self.tree.set_smaps_rollup(pid, rss, pss, maps)
+            self.tree.set_smaps_rollup(pid, rss, pss, maps, shared=shared)
 
     async def tick(self) -> None:
         self.now += 0.5
@@ -127,7 +127,40 @@ async def test_a_partner_that_exits_makes_the_others_be_read_again(box: Box) -> 
     box.share(TRAINER, 400 * MiB, 400 * MiB)
     box.tree.exit(5001)
     await box.tick()
+    assert EXIT_SETTLE <= 0.5  # one tick of the box
+    assert box.excess(TRAINER) == 200 * MiB  # not read while the kernel unmaps the worker (EXIT_SETTLE)
+    await box.tick()
     assert box.excess(TRAINER) == 0
+
+
+def sum_peaks(box: Box) -> int:
+    (host,) = box.engine.headroom
+    return host.sum_peaks_bytes
+
+
+async def test_an_exited_partner_leaves_its_shared_pages_to_the_survivor(box: Box) -> None:
+    """Parent and worker share 400 MiB. The worker exits; the parent, read again, now owns
+    the pages (PSS = RSS): the worker's part of Σ peaks keeps none of them, so Σ stays
+    400 MiB instead of 600 (a pool whose workers come and go counts its memory once)."""
+    box.start(TRAINER, 400 * MiB, 200 * MiB)
+    box.share(TRAINER, 400 * MiB, 200 * MiB, shared=400 * MiB)
+    box.start(5001, 400 * MiB, 200 * MiB, ppid=TRAINER)
+    box.share(5001, 400 * MiB, 200 * MiB, shared=400 * MiB)
+    await box.tick()
+    await box.tick()  # the sums are made at a tick, before that tick's reads are applied
+    assert sum_peaks(box) == 400 * MiB
+    box.share(TRAINER, 400 * MiB, 400 * MiB)
+    box.tree.exit(5001)
+    box.now += 0.5
+    box.engine.on_tick(box.now, box.sampler.sample(box.now), [], changed=True, moved=box.sampler.changed)
+    assert box.excess(TRAINER) == 0  # at once: the worker's fair share, before TRAINER's re-read
+    await box.engine.pss_settled()
+    await box.tick()
+    assert box.excess(TRAINER) == 0 and sum_peaks(box) == 400 * MiB
+    box.tree.exit(TRAINER)  # the last one: no partner lives on, its figure stays as read
+    await box.tick()
+    await box.tick()
+    assert sum_peaks(box) == 400 * MiB
 
 
 async def test_a_kernel_fork_or_exec_event_makes_the_process_be_read_again(box: Box) -> None:

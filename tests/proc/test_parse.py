@@ -21,6 +21,8 @@ from memagent.proc.parse import (
     parse_btime,
     parse_cmdline,
     parse_meminfo,
+    parse_shared_excess,
+    parse_shared_resident,
     parse_stat,
     parse_statm,
     parse_status_groups,
@@ -240,3 +242,24 @@ def test_parse_btime_missing() -> None:
     """Without btime no start time can be computed: an error, not 0."""
     with pytest.raises(ValueError, match="btime"):
         parse_btime(b"cpu  1 2 3\nctxt 5\nbtimex 7\n")
+
+
+#: smaps_rollup of a forked worker sharing its parent's 200 MiB (Linux 6.1's fields).
+SMAPS_ROLLUP = b"""55d5c2a4d000-7ffc8a5f0000 ---p 00000000 00:00 0                          [rollup]
+Rss:              210944 kB
+Pss:               72201 kB
+Pss_Dirty:         70000 kB
+Pss_Anon:          70012 kB
+Pss_File:           2189 kB
+Pss_Shmem:             0 kB
+Shared_Clean:       4120 kB
+Shared_Dirty:     204800 kB
+Private_Clean:         0 kB
+Private_Dirty:      2024 kB
+"""
+
+
+def test_smaps_rollup_excess_and_shared_resident() -> None:
+    assert parse_shared_excess(SMAPS_ROLLUP) == (210944 - 72201) * KiB
+    assert parse_shared_resident(SMAPS_ROLLUP) == (4120 + 204800) * KiB
+    assert parse_shared_resident(b"Rss: 10 kB\n") is None  # an old kernel's, or a truncated read

@@ -15,7 +15,8 @@ A PSS read (``smaps_rollup``) walks the process's whole memory map under its mma
 
 1. **membership**: a process attached (its first read) or gone (exit, detach): its
    partners — parent, children and siblings (same parent PID, not 0 or 1), and processes
-   with a sharing key in common (:mod:`memagent.proc.sharing`) — are re-read;
+   with a sharing key in common (:mod:`memagent.proc.sharing`) — are re-read; one that
+   exited leaves its shared pages to those partners at once (:func:`_bequeath`);
 2. **kernel events**: a watched process forked or ran a new program (:meth:`touch`,
    from :mod:`memagent.core.process_events`): it and its partners are re-read;
 3. **after a read**: when a process's sharing keys or parent changed (a new process's
@@ -67,6 +68,8 @@ SHARED_MOVE: Final = 16 * MiB
 SHARING_MIN: Final = 1 * MiB
 #: The least time between two drift waves.
 DRIFT_GAP: Final = 1.0
+#: How long after a process's exit its partners are re-read (its memory is unmapped by then).
+EXIT_SETTLE: Final = 0.5
 
 ReadResult = tuple["_Share", float, SharingFacts | None]
 
@@ -86,6 +89,11 @@ class _Share:
     #: Read ``maps`` too at the next read: the first one, or its file-backed memory moved
     #: (a mapping is a sharing key only once its pages are resident, and then they move).
     keys_stale: bool = True
+    #: Not read before this (engine clock): a partner's memory is being unmapped.
+    hold_until: float = 0.0
+    #: When its last read was applied (engine clock), and its figures before that read.
+    applied_at: float = -math.inf
+    before: tuple[int, int] | None = None
 
 
 class SharingTracker:
@@ -117,7 +125,7 @@ class SharingTracker:
         """A watched process forked or ran a new program: it and its partners, now."""
         s = self._by_pid.get(pid)
         if s is not None and s.w.alive:
-            self._due_now([s, *self._partners(s)], self._now)
+            self._due_by([s, *self._partners(s)], self._now)
 
     def on_tick(self, now: float, moved: Iterable[Watched]) -> None:
         """After the sampler: membership changes, memory that moved; then a batch if due."""
@@ -128,7 +136,7 @@ class SharingTracker:
             s = self._shares.get(w.key)
             if s is not None and abs((w.rss - w.anon) - s.basis) >= SHARED_MOVE:
                 s.keys_stale = True
-                self._due_now([s], now)
+                self._due_by([s], now)
         self._schedule(now)
 
     def on_unwatched(self, now: float, unwatched: int) -> None:
@@ -141,7 +149,7 @@ class SharingTracker:
         self._next_drift = now + DRIFT_GAP
         self._baseline = None
         self.drift_waves += 1
-        self._due_now([s for s in self._shares.values() if s.w.shared >= SHARING_MIN or not s.w.share_known], now)
+        self._due_by([s for s in self._shares.values() if s.w.shared >= SHARING_MIN or not s.w.share_known], now)
         self._schedule(now)
 
     async def settled(self) -> None:
@@ -163,7 +171,20 @@ class SharingTracker:
         alive = {w.key: w for w in self.registry.alive}
         for key in self._shares.keys() - alive.keys():
             gone = self._shares.pop(key)
-            self._due_now(self._partners(gone), now)
+            partners = self._partners(gone)
+            if gone.w.alive:  # detached
+                self._due_by(partners, now)
+            else:
+                # Its exit is known (taskstats) before the kernel unmaps its memory: a read
+                # then finds pages still shared, or half unmapped. A read of its own that
+                # close to its end is not trusted; its partners are not read until its
+                # memory is gone, and the bequest stands for their re-read meanwhile.
+                if now - gone.applied_at < EXIT_SETTLE and gone.before is not None:
+                    gone.w.shared, gone.w.shared_resident = gone.before
+                for p in partners:
+                    p.hold_until = now + EXIT_SETTLE
+                self._due_by(partners, now + EXIT_SETTLE)
+                _bequeath(gone.w, [p.w for p in partners if p.w.alive])
             self._relate(gone, None, frozenset())
             if self._by_pid.get(gone.w.pid) is gone:
                 del self._by_pid[gone.w.pid]
@@ -202,10 +223,10 @@ class SharingTracker:
         found.discard(s)
         return list(found)
 
-    def _due_now(self, shares: Iterable[_Share], now: float) -> None:
+    def _due_by(self, shares: Iterable[_Share], when: float) -> None:
         for s in shares:
             if s.due != math.inf:  # one in the batch in flight is read anyway
-                s.due = min(s.due, now)
+                s.due = min(s.due, when)
                 self._next_due = min(self._next_due, s.due)
 
     # ------------------------------------------------------------------ reads
@@ -215,10 +236,10 @@ class SharingTracker:
             return
         # First reads before re-reads: when many processes arrive at once (a pool of workers),
         # their partners are re-read once after all of them, not once per batch.
-        due = sorted((s for s in self._shares.values() if s.due <= now),
+        due = sorted((s for s in self._shares.values() if s.due <= now and s.hold_until <= now),
                      key=lambda s: (s.read_at != -math.inf, s.due))[:BATCH_MAX]
         if not due:
-            self._next_due = min((s.due for s in self._shares.values()), default=math.inf)
+            self._next_due = min((max(s.due, s.hold_until) for s in self._shares.values()), default=math.inf)
             return
         for s in due:
             s.due = math.inf
@@ -247,8 +268,12 @@ class SharingTracker:
         if facts is None:
             return  # not readable: it counts in full (the engine's grace ends, PSS_GRACE)
         old = w.shared
+        s.before = (w.shared, w.shared_resident) if w.share_known else None
+        s.applied_at = now
         if facts.excess is not None:
             w.shared = facts.excess
+        if facts.shared is not None:
+            w.shared_resident = facts.shared
         w.share_known = True
         self.reads += 1
         self._baseline = None
@@ -259,7 +284,24 @@ class SharingTracker:
         s.read_at, s.basis = read_at, w.rss - w.anon
         s.keys_stale = s.keys_stale and facts.keys is None
         if relations_changed or abs(w.shared - old) >= EXCESS_MOVE:
-            self._due_now([o for o in self._partners(s) if o.read_at < read_at], now)
+            self._due_by([o for o in self._partners(s) if o.read_at < read_at], now)
+
+
+def _bequeath(gone: Watched, heirs: list[Watched]) -> None:
+    """A process exited while partners live on: the pages it shared stay resident in them.
+
+    Its part of Σ peaks keeps none of its shared pages (else a pool whose workers come
+    and go would count the shared memory again for each worker gone), and its fair share
+    of them (``Shared - (RSS - PSS)``) passes to the heirs' parts at once, split evenly:
+    exact when the pages were shared alike, as forked workers share their parent's, and
+    what their re-read (due now) would find. Without it, an heir that exits before that
+    read (a parent that ends just after its workers) would keep a share nobody counts."""
+    if not heirs:
+        return
+    fair = max(0, gone.shared_resident - gone.shared)
+    for heir in heirs:
+        heir.shared = max(0, heir.shared - fair // len(heirs))
+    gone.shared = max(gone.shared, gone.shared_resident)
 
 
 def _read_batch(batch: list[_Share]) -> list[ReadResult]:

@@ -84,6 +84,7 @@ class Watched:
         "sampled_max",
         "share_known",
         "shared",
+        "shared_resident",
         "stack_state",
         "start_time",
         "starttime",
@@ -159,6 +160,9 @@ class Watched:
         #: when it is read: memagent.alerting.sharing.
         self.shared = 0
         self.share_known = False
+        #: Resident memory it shares with any process at that read (``Shared_*``): once it
+        #: has exited while a partner lives on, all of that is the partner's to count.
+        self.shared_resident = 0
         #: Its memory cgroup (for the cgroup limit and the OOM-kill counter), or None.
         self.cgroup: str | None = None
         #: Its cgroup's oom_kill counter when last read; the signal that ended it.

@@ -200,6 +200,15 @@ def parse_shared_excess(smaps_rollup: bytes) -> int | None:
     return max(0, rss - pss)
 
 
+def parse_shared_resident(smaps_rollup: bytes) -> int | None:
+    """``Shared_Clean + Shared_Dirty`` in bytes from ``/proc/PID/smaps_rollup``: the
+    resident memory this process shares with any other (all of it, not beyond its fair
+    share); None when the file says nothing."""
+    found = [int(line.split()[1]) * 1024 for line in smaps_rollup.splitlines()
+             if line.startswith((b"Shared_Clean:", b"Shared_Dirty:"))]
+    return sum(found) if found else None
+
+
 def parse_pressure_some_avg10(data: bytes) -> float | None:
     """Memory PSI ``some avg10`` (percent of the last 10 s some task stalled on memory)."""
     for line in data.splitlines():

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from .parse import parse_shared_excess, parse_stat
+from .parse import parse_shared_excess, parse_shared_resident, parse_stat
 
 #: A private file mapping at least this large is a sharing key (see the module docstring).
 BIG_FILE_MAPPING: Final = 64 * 1024 * 1024
@@ -39,6 +39,8 @@ class SharingFacts:
     ppid: int
     #: None: ``maps`` was not read.
     keys: frozenset[SharingKey] | None
+    #: Resident bytes shared with any other process (``Shared_*``); None when not said.
+    shared: int | None = None
 
 
 def parse_sharing_keys(maps: bytes) -> frozenset[SharingKey]:
@@ -71,4 +73,4 @@ def parse_sharing_keys(maps: bytes) -> frozenset[SharingKey]:
 
 def sharing_facts(smaps_rollup: bytes, maps: bytes | None, stat: bytes) -> SharingFacts:
     return SharingFacts(parse_shared_excess(smaps_rollup), parse_stat(stat).ppid,
-                        None if maps is None else parse_sharing_keys(maps))
+                        None if maps is None else parse_sharing_keys(maps), parse_shared_resident(smaps_rollup))
