@@ -78,7 +78,8 @@ def test_over_budget_exits_3_and_names_the_allocating_function(tmp_path: Path) -
     data = json.loads(report.read_text())
     assert set(data) == {"command", "exit_status", "over_budget", "budget_rss_bytes", "budget_vram_bytes",
                          "rss_peak_bytes", "max_process_rss_peak_bytes", "vram_peak_bytes", "duration_s",
-                         "processes", "growth_sites"}
+                         "processes", "growth_sites", "fits"}
+    assert data["fits"] is None  # no --fits
     assert data["exit_status"] == 3 and data["over_budget"] is True
     assert data["budget_rss_bytes"] == 200 * MiB
     assert data["rss_peak_bytes"] >= 300 * MiB and data["max_process_rss_peak_bytes"] >= 300 * MiB
@@ -113,6 +114,53 @@ def test_a_forked_childs_peak_counts(tmp_path: Path) -> None:
     assert data["max_process_rss_peak_bytes"] == child["rss_peak_bytes"]
     assert '<failure message=' in junit.read_text()
     assert "over budget" in step.read_text()
+
+
+#: A parent that writes a 200 MiB shared anonymous buffer, then forks two children that
+#: read every page of it (each has it all resident) and hold it a second.
+SHARED_BUFFER = textwrap.dedent("""
+    import mmap, os, time
+    MiB = 1 << 20
+    buf = mmap.mmap(-1, 200 * MiB, flags=mmap.MAP_SHARED)
+    for _ in range(200):
+        buf.write(b"\\x01" * MiB)
+    kids = []
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            total = sum(buf[i] for i in range(0, 200 * MiB, mmap.PAGESIZE))
+            time.sleep(1.0)
+            os._exit(0 if total else 1)
+        kids.append(pid)
+    for pid in kids:
+        os.waitpid(pid, 0)
+""")
+
+
+def test_two_children_sharing_a_buffer_count_it_once(tmp_path: Path) -> None:
+    """Three processes with the same 200 MiB resident: Σ of their RSS peaks is ~600 MiB,
+    the share-adjusted Σ the budget is judged on ~200 MiB, however the exits fall."""
+    report = tmp_path / "report.json"
+    r = memagent_cli("run", "--budget-rss", "300MiB", "--report", str(report), "--",
+                     sys.executable, "-c", SHARED_BUFFER)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(report.read_text())
+    assert len(data["processes"]) == 3
+    assert all(p["rss_peak_bytes"] >= 200 * MiB for p in data["processes"])
+    assert 200 * MiB <= data["rss_peak_bytes"] < 240 * MiB, data["rss_peak_bytes"] / MiB
+
+
+def test_unwritable_report_is_refused_before_the_command_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    for flag in ("--report", "--junit"):
+        r = memagent_cli("run", flag, str(tmp_path / "no-such-dir" / "out"), "--",
+                         sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+        assert r.returncode == 1, r.stderr
+        one_line(r.stderr)
+        assert "cannot write" in r.stderr and not marker.exists()
+    # A writable path passes the check, and is written even for a command that cannot start.
+    r = memagent_cli("run", "--report", str(tmp_path / "r.json"), "--", str(tmp_path / "missing"))
+    assert r.returncode == 127 and json.loads((tmp_path / "r.json").read_text())["exit_status"] == 127
 
 
 def test_per_process_budget(tmp_path: Path) -> None:

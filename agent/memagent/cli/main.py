@@ -26,6 +26,8 @@ from .. import __version__
 from .. import config as config_file
 from ..config import DEFAULT_PATH as DEFAULT_CONFIG
 from ..errors import ConfigError
+from .admit_cmd import COMMANDS as ADMIT_COMMANDS
+from .admit_cmd import add_parser as add_admit_parser
 from .args import (
     Parser,
     UsageError,
@@ -153,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_record_parser(sub, client)  # record (cli/record_cmd.py)
     add_report_parser(sub, client)  # report (cli/report_cmd.py)
     add_plot_parser(sub, client)  # plot (cli/plot.py)
-    add_run_parser(sub)  # run (cli/run_cmd.py)
+    add_run_parser(sub, [common])  # run (cli/run_cmd.py)
+    add_admit_parser(sub, client)  # admit (cli/admit_cmd.py)
     add_install_parsers(sub)  # install-service, completion
     return parser
 
@@ -203,6 +206,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **REPORT_COMMANDS,
     **PLOT_COMMANDS,
     **RUN_COMMANDS,
+    **ADMIT_COMMANDS,
     **INSTALL_COMMANDS,
 }
 

@@ -19,9 +19,10 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memproto.client_side import ClientError, ConnectionLost, DaemonTimeout, RequestFailed
+from memproto.client_side import ClientError, ConnectionLost, DaemonNotRunning, DaemonTimeout, RequestFailed
 from memproto.frames import Attached, Exited, Frame, Sample
 from memproto.records import DaemonStatus, GrowthSite, StackDump
 from memproto.text import printable
@@ -29,10 +30,21 @@ from memproto.text import printable
 from ..config_schema import parse_size
 from ..errors import ConfigError, MemagentError
 from .args import Parser, UsageError, seconds_arg
-from .client import Client
+from .client import Client, connect
+from .fits import HOST, Need, Verdict, judge
 from .record_cmd import RecordFailed, Recording, check_output, create
 from .render import human_bytes
-from .run_report import Budget, Outcome, ProcessPeak, excess, summary_lines, write_outputs
+from .report import EXIT_FAILED, EXIT_NO_DAEMON
+from .run_report import (
+    Budget,
+    CannotWrite,
+    Outcome,
+    ProcessPeak,
+    check_writable,
+    failures,
+    summary_lines,
+    write_outputs,
+)
 
 if TYPE_CHECKING:
     from .run_agent import Child
@@ -47,9 +59,10 @@ WAKE = 0.1
 SI_KERNEL = 0x80
 
 EPILOG = ("Exit status: CMD's own when within budget; 3 when over (--over-budget-status N); 126/127 when CMD "
-          "cannot be executed / is not found; 128+n when CMD died of signal n; 2 on a usage error. The budget "
-          "applies to the sum of the tree's share-adjusted peaks (--per-process: to each process). "
-          "SIZE: 512MiB, 2G, 1.5GiB, bytes.")
+          "cannot be executed / is not found; 128+n when CMD died of signal n; 2 on a usage error or (--fits) no "
+          "daemon; 1 when --report/--junit cannot be written. The budget applies to the sum of the tree's "
+          "share-adjusted peaks (--per-process: to each process); --fits fails (3) when the tree's peaks added to "
+          "what the daemon watches exceed the box's capacity. SIZE: 512MiB, 2G, 1.5GiB, 2Gi, bytes.")
 
 
 def size_arg(text: str) -> int:
@@ -69,13 +82,15 @@ def status_arg(text: str) -> int:
     return n
 
 
-def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
-    p = sub.add_parser("run", help="run a command under a memory budget (no daemon needed)",
+def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
+    p = sub.add_parser("run", parents=parents, help="run a command under a memory budget (no daemon needed)",
                        description="Run CMD watched with all its descendants by an embedded agent; print "
                                    "the peaks on exit and fail when over budget.", epilog=EPILOG)
     p.add_argument("--budget-rss", type=size_arg, metavar="SIZE", help="budget for the Σ of RSS peaks")
     p.add_argument("--budget-vram", type=size_arg, metavar="SIZE", help="budget for the Σ of VRAM peaks")
     p.add_argument("--per-process", action="store_true", help="apply the budgets to each process instead")
+    p.add_argument("--fits", action="store_true",
+                   help="also fail when its peaks would not fit beside what the running daemon watches")
     p.add_argument("--interval", type=seconds_arg, default=0.1, metavar="SECONDS", help="sample interval (0.1)")
     p.add_argument("--report", metavar="FILE", help="write the summary as JSON")
     p.add_argument("--record", metavar="FILE", help="write a recording (docs/recording.md)")
@@ -130,10 +145,10 @@ class Watch:
         return (b.rss is not None and sum(self.peaks.values()) > b.rss) or \
                (b.vram is not None and sum(self.vram.values()) > b.vram)
 
-    def adjusted_sum(self) -> int:
+    def adjusted_sum(self, status: DaemonStatus | None = None) -> int:
         """The agent's Σ of share-adjusted peaks (its host headroom), else Σ of RSS peaks."""
-        status: DaemonStatus = self.client.status()
-        host = next((h for h in status.headroom if h.resource == "host"), None)
+        status = status or self.client.status()
+        host = next((h for h in status.headroom if h.resource == HOST), None)
         return host.sum_peaks_bytes if host is not None else sum(self.peaks.values())
 
     def ask_stacks(self) -> None:
@@ -215,17 +230,47 @@ def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespa
             next_progress = now + 1.0
 
 
-def finish(client: Client, child: Child, watch: Watch) -> tuple[int, list[ProcessPeak], list[GrowthSite]]:
+@dataclass
+class Figures:
+    """What the agent says once CMD has exited."""
+
+    total: int
+    processes: list[ProcessPeak]
+    sites: list[GrowthSite]
+    #: What the run needs on each resource (``--fits``): its Σ on the host and each GPU it used.
+    needs: list[Need]
+    #: PID -> start time of the tree's processes (to know them in the daemon's list).
+    starts: dict[int, float]
+
+
+def finish(client: Client, child: Child, watch: Watch) -> Figures:
     """After CMD's exit: its exit record, a tick after it, the figures."""
     _wait_frames(client, watch, lambda: child.pid in watch.exited, 2.0)
     seen = watch.samples
     _wait_frames(client, watch, lambda: watch.samples > seen, 2.0)
     client.set_timeout(10.0)
     watch.ask_stacks()
-    total = watch.adjusted_sum()
-    processes = [ProcessPeak.of(p, watch.stacks.get(p.pid)) for p in client.list() if p.pid in watch.tree]
+    status = client.status()
+    total = watch.adjusted_sum(status)
+    infos = [p for p in client.list() if p.pid in watch.tree]
+    processes = [ProcessPeak.of(p, watch.stacks.get(p.pid)) for p in infos]
     sites = sorted(watch.sites.values(), key=lambda s: -s.bytes)[:10]
-    return total, processes, sites
+    gpus = [Need(h.resource, h.sum_peaks_bytes) for h in status.headroom if h.resource != HOST and h.sum_peaks_bytes]
+    return Figures(total, processes, sites, [Need(HOST, total), *gpus], {p.pid: p.start_time for p in infos})
+
+
+def ask_fits(socket: str | None, figures: Figures) -> list[Verdict]:
+    """The daemon's verdict on the run's needs (``--fits``). What the daemon watches of the
+    run itself (its auto-attach patterns may match it) is taken out of its Σ, as its RSS
+    peak (an upper bound of its share-adjusted part). A daemon gone: nothing can be judged."""
+    try:
+        with connect(socket) as daemon:
+            status = daemon.status()
+            ours = [p for p in daemon.list() if abs(figures.starts.get(p.pid, -1.0) - p.start_time) < 0.05]
+    except ClientError as exc:
+        print(f"{PROG}: --fits: cannot ask the daemon: {printable(str(exc))}", file=sys.stderr)
+        return [Verdict(n.resource, n.resource, n.bytes, None, 0) for n in figures.needs]
+    return judge(figures.needs, status.headroom, {HOST: sum(p.rss_peak_bytes for p in ours)})
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -236,6 +281,12 @@ def run_command(args: argparse.Namespace) -> int:
         raise UsageError(PROG, "no command to run (memagent run [OPTIONS] -- CMD ARGS…)", hint=True)
     if args.record:
         check_output(args.record, False)
+    for path in (args.report, args.junit):
+        if path:
+            check_writable(path)
+    if args.fits:  # no daemon to ask: refused before CMD runs
+        with connect(args.socket) as daemon:
+            daemon.status()
     budget = Budget(args.budget_rss, args.budget_vram, args.per_process)
     from .run_agent import Child, RunAgent, become_subreaper  # the agent (and asyncio): only for this command
 
@@ -258,7 +309,7 @@ def run_command(args: argparse.Namespace) -> int:
             started = time.monotonic()
             killed = supervise(client, child, watch, args)
             duration = time.monotonic() - started
-            total, processes, sites = finish(client, child, watch)
+            figures = finish(client, child, watch)
             if recording is not None:
                 recording.snapshot()
                 recording.flush()
@@ -272,20 +323,27 @@ def run_command(args: argparse.Namespace) -> int:
     if exec_error is not None:
         print(f"{PROG}: {printable(argv[0])}: {'command not found' if child.exit_code == 127 else exec_error}",
               file=sys.stderr)
-    outcome = Outcome(argv, child.exit_code, duration, total, processes, sites, exec_error, killed)
-    over = bool(excess(outcome, budget)) or killed
+    outcome = Outcome(argv, child.exit_code, duration, figures.total, figures.processes, figures.sites, exec_error,
+                      killed)
+    if args.fits and exec_error is None:
+        outcome.fits = ask_fits(args.socket, figures)
+    over = bool(failures(outcome, budget)) or killed
     status = args.over_budget_status if over and exec_error is None else child.exit_code
     if exec_error is None:
         for line in summary_lines(outcome, budget, status):
             print(line, file=sys.stderr)
-    for problem in write_outputs(outcome, budget, status, args.report, args.junit):
+    problems = write_outputs(outcome, budget, status, args.report, args.junit)
+    for problem in problems:
         print(problem, file=sys.stderr)
-    return status
+    return EXIT_FAILED if problems and status == 0 else status
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         return run_command(args)
+    except DaemonNotRunning as exc:  # --fits: checked before CMD runs
+        print(f"{PROG}: --fits: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_NO_DAEMON
     except ConnectionLost as exc:
         print(f"{PROG}: the embedded agent went away: {exc}", file=sys.stderr)
         return 1
@@ -295,6 +353,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except RecordFailed as exc:
         print(f"{PROG}: {printable(str(exc))}", file=sys.stderr)
         return exc.status
+    except CannotWrite as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"run": cmd_run}

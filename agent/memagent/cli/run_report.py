@@ -16,6 +16,8 @@ from xml.sax.saxutils import escape, quoteattr
 from memproto.records import GrowthSite, ProcessInfo, StackDump
 from memproto.text import printable
 
+from .fits import Verdict
+from .fits import summary as fits_summary
 from .render import frame_text, human_bytes
 
 #: Frames of the stack at the peak kept per process in the report.
@@ -69,6 +71,8 @@ class Outcome:
     exec_error: str | None = None
     #: ``--kill-over-budget`` killed the tree.
     killed: bool = False
+    #: ``--fits``: the daemon's verdict on each resource the run used.
+    fits: list[Verdict] | None = None
 
     @property
     def max_process(self) -> ProcessPeak | None:
@@ -103,12 +107,21 @@ def excess(outcome: Outcome, budget: Budget) -> list[str]:
     return out
 
 
+def failures(outcome: Outcome, budget: Budget) -> list[str]:
+    """Each budget exceeded, and each resource where the run would not fit beside what
+    the daemon watches (``--fits``), as a phrase (empty: the run passes)."""
+    unfit = [v for v in outcome.fits or [] if not v.fits]
+    return excess(outcome, budget) + [
+        f"would not fit here: {v.name} {human_bytes(v.over_bytes)} over" if v.capacity_bytes is not None
+        else f"would it fit here? cannot tell for {v.name}" for v in unfit]
+
+
 def summary_lines(outcome: Outcome, budget: Budget, exit_status: int) -> list[str]:
-    over = excess(outcome, budget)
+    over = failures(outcome, budget)
     biggest = outcome.max_process
-    lines = [f"memagent run: {printable(' '.join(outcome.command))}: exit {exit_status}"
-             + (" (over budget)" if over else "") + (", killed" if outcome.killed else "")
-             + f" after {outcome.duration_s:.2f} s"]
+    verdict = " (over budget)" if excess(outcome, budget) else " (would not fit here)" if over else ""
+    lines = [f"memagent run: {printable(' '.join(outcome.command))}: exit {exit_status}{verdict}"
+             + (", killed" if outcome.killed else "") + f" after {outcome.duration_s:.2f} s"]
     lines.append(f"  Σ RSS peak {human_bytes(outcome.rss_peak_bytes)} over {len(outcome.processes)} "
                  f"process{'' if len(outcome.processes) == 1 else 'es'}"
                  + (f" (budget {human_bytes(budget.rss)}{' per process' if budget.per_process else ''})"
@@ -120,7 +133,10 @@ def summary_lines(outcome: Outcome, budget: Budget, exit_status: int) -> list[st
     vram = outcome.vram_peak_bytes
     lines.append(f"  VRAM peak {human_bytes(vram) if vram is not None else 'none'}"
                  + (f" (budget {human_bytes(budget.vram)})" if budget.vram is not None else ""))
-    lines.extend(f"  over budget: {phrase}" for phrase in over)
+    lines.extend(f"  over budget: {phrase}" for phrase in excess(outcome, budget))
+    if outcome.fits is not None:
+        lines.append("  would it fit beside what the daemon watches?")
+        lines.extend(f"    {line}" for line in fits_summary(outcome.fits))
     if biggest is not None and biggest.stack_at_peak:
         lines.append(f"  stack at the peak of PID {biggest.pid} (innermost first):")
         lines.extend(f"    {frame}" for frame in biggest.stack_at_peak[:8])
@@ -147,11 +163,13 @@ def report_json(outcome: Outcome, budget: Budget, exit_status: int) -> dict[str,
                        "stack_at_peak": p.stack_at_peak} for p in outcome.processes],
         "growth_sites": [{"function": s.function, "filename": s.filename, "line": s.line, "bytes": s.bytes,
                           "samples": s.samples} for s in outcome.growth_sites],
+        "fits": None if outcome.fits is None else {
+            "fits": all(v.fits for v in outcome.fits), "resources": [v.to_json() for v in outcome.fits]},
     }
 
 
 def junit_xml(outcome: Outcome, budget: Budget, exit_status: int) -> str:
-    over = excess(outcome, budget)
+    over = failures(outcome, budget)
     name = quoteattr(" ".join(outcome.command)[:200])
     body = "\n".join(summary_lines(outcome, budget, exit_status))
     failure = (f'    <failure message={quoteattr("; ".join(over))} type="over_budget">{escape(body)}</failure>\n'
@@ -165,9 +183,10 @@ def junit_xml(outcome: Outcome, budget: Budget, exit_status: int) -> str:
 
 
 def markdown(outcome: Outcome, budget: Budget, exit_status: int) -> str:
-    over = excess(outcome, budget)
+    over = failures(outcome, budget)
     cmd = printable(" ".join(outcome.command)).replace("`", "'")
-    rows = [f"### memagent run: {'❌ over budget' if over else '✅ within budget'}", "",
+    verdict = "❌ over budget" if excess(outcome, budget) else "❌ would not fit here" if over else "✅ within budget"
+    rows = [f"### memagent run: {verdict}", "",
             f"`{cmd}` exited {exit_status} after {outcome.duration_s:.1f} s", "",
             "| | peak | budget |", "|---|---|---|",
             f"| Σ RSS | {human_bytes(outcome.rss_peak_bytes)} | {human_bytes(budget.rss) if budget.rss else '-'} |",
@@ -182,6 +201,22 @@ def write_text(path: str, text: str, append: bool = False) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC), 0o666)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def check_writable(path: str) -> None:
+    """Refuse, before CMD runs, a ``--report``/``--junit`` path that could not be written at
+    the end (an OSError naming it); a file created to find out is removed again."""
+    existed = os.path.lexists(path)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666))
+    except OSError as exc:
+        raise CannotWrite(f"cannot write {printable(path)}: {exc.strerror or exc}") from None
+    if not existed:
+        os.unlink(path)
+
+
+class CannotWrite(Exception):
+    """A ``--report``/``--junit`` file that cannot be written (exit 1, before CMD runs)."""
 
 
 def write_outputs(outcome: Outcome, budget: Budget, exit_status: int, report: str | None,

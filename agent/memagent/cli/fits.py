@@ -1,0 +1,118 @@
+"""Would it fit here? The judgement of ``memagent admit`` and ``memagent run --fits``.
+
+A newcomer (a command just run, or peaks given by hand) *fits* a resource when its peak
+there plus the Σ peaks the daemon already counts stays within that resource's capacity:
+the daemon's own headroom model (docs/headroom.md), asked over the wire, so the answer is
+the one ``memagent status`` and the headroom alert would give once the newcomer runs. The
+host is always judged; a GPU when the newcomer uses one. A resource the daemon has no
+figure for (a GPU it cannot see) cannot be judged, and a gate that cannot judge refuses.
+
+Pure: the daemon's :class:`~memproto.records.Headroom` list comes in, verdicts go out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from memproto.records import Contributor, DaemonStatus, Headroom
+from memproto.text import printable
+
+from .render import human_bytes
+
+HOST = "host"
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """The newcomer's peak on one resource (``host`` or a GPU's UUID)."""
+
+    resource: str
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One resource judged. ``capacity_bytes`` None: the daemon has no figure for it."""
+
+    resource: str
+    name: str
+    need_bytes: int
+    capacity_bytes: int | None
+    #: Σ peaks the daemon counts there now (the newcomer's own processes taken out).
+    watched_bytes: int
+    top: list[Contributor] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.watched_bytes + self.need_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.capacity_bytes is not None and self.total_bytes <= self.capacity_bytes
+
+    @property
+    def over_bytes(self) -> int:
+        """By how much it would not fit (0 when it fits)."""
+        return 0 if self.capacity_bytes is None else max(0, self.total_bytes - self.capacity_bytes)
+
+    def line(self) -> str:
+        """One line for people: the figures and, when it does not fit, by how much."""
+        if self.capacity_bytes is None:
+            return f"{printable(self.name)}: cannot tell (the daemon has no figure for it)"
+        verdict = "fits" if self.fits else f"does NOT fit: {human_bytes(self.over_bytes)} over"
+        spare = self.capacity_bytes - self.total_bytes
+        tail = f", {human_bytes(spare)} to spare" if self.fits else ""
+        return (f"{printable(self.name)}: {human_bytes(self.need_bytes)} + Σ peaks {human_bytes(self.watched_bytes)}"
+                f" watched = {human_bytes(self.total_bytes)} of {human_bytes(self.capacity_bytes)}: {verdict}{tail}")
+
+    def heaviest(self, n: int = 3) -> str:
+        """The watched processes that weigh most there."""
+        return ", ".join(f"PID {c.pid} {printable(c.label)} {human_bytes(c.peak_bytes)}" for c in self.top[:n])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"resource": self.resource, "name": self.name, "fits": self.fits, "need_bytes": self.need_bytes,
+                "watched_sum_peaks_bytes": self.watched_bytes, "capacity_bytes": self.capacity_bytes,
+                "total_bytes": self.total_bytes, "over_by_bytes": self.over_bytes,
+                "top": [{"pid": c.pid, "label": c.label, "peak_bytes": c.peak_bytes} for c in self.top]}
+
+
+def judge(needs: list[Need], headroom: list[Headroom], own: dict[str, int] | None = None) -> list[Verdict]:
+    """Each need against the daemon's headroom of its resource. ``own``: per resource,
+    what the daemon already counts of the newcomer itself (a run's processes the daemon
+    happens to watch too), taken out of its Σ so that nothing counts twice."""
+    by_resource = {h.resource: h for h in headroom}
+    out = []
+    for need in needs:
+        h = by_resource.get(need.resource)
+        if h is None:
+            out.append(Verdict(need.resource, need.resource, need.bytes, None, 0))
+            continue
+        watched = max(0, h.sum_peaks_bytes - (own or {}).get(need.resource, 0))
+        out.append(Verdict(h.resource, h.name, need.bytes, h.capacity_bytes, watched, list(h.top)))
+    return out
+
+
+def gpu_uuid(status: DaemonStatus, which: str) -> str | None:
+    """A GPU named by index (``0``) or UUID, as the daemon lists it; None: no such GPU."""
+    for g in status.gpus:
+        if which == g.uuid or (which.isdigit() and int(which) == g.index):
+            return g.uuid
+    return None
+
+
+def best_gpu(vram: int, status: DaemonStatus) -> list[Verdict]:
+    """``vram`` judged on each GPU the daemon sees, the roomiest first: it fits when it
+    fits on one of them."""
+    verdicts = judge([Need(g.uuid, vram) for g in status.gpus if not g.lost], status.headroom)
+    return sorted(verdicts, key=lambda v: -((v.capacity_bytes or 0) - v.total_bytes))
+
+
+def summary(verdicts: list[Verdict]) -> list[str]:
+    """Each resource's line, and who weighs most where it does not fit."""
+    lines = []
+    for v in verdicts:
+        lines.append(v.line())
+        if not v.fits and v.top:
+            lines.append(f"  heaviest watched there: {v.heaviest()}")
+    return lines
