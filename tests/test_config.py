@@ -20,7 +20,7 @@ from memagent.errors import ConfigError
 
 @pytest.mark.parametrize("text, expected", [
     ("512MiB", 512 * MiB), ("2G", 2 * 1024 * MiB), ("1.5GiB", int(1.5 * 1024 * MiB)), ("1000", 1000),
-    (4096, 4096), ("1GB", 10**9), ("64k", 64 * 1024),
+    (4096, 4096), ("1GB", 10**9), ("64k", 64 * 1024), ("2Gi", 2 * 1024 * MiB), ("512Mi", 512 * MiB),
 ])
 def test_sizes(text: object, expected: int) -> None:
     assert parse_size(text) == expected

@@ -45,6 +45,7 @@ _UNITS = {
     "": 1, "b": 1,
     "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": 1024 * MiB, "gib": 1024 * MiB,
     "t": 1024**4, "tib": 1024**4,
+    "ki": KiB, "mi": MiB, "gi": 1024 * MiB, "ti": 1024**4,  # Kubernetes' spelling (2Gi)
     "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
 }
 _SIZE = re.compile(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([a-zA-Z]*)\s*$")  # 30 digits: far past 1 PiB
@@ -67,7 +68,7 @@ def _size_parts(value: object, key: str) -> tuple[int, bool]:
 
 
 def parse_size(value: object, key: str = "size") -> int:
-    """Bytes from ``512MiB``, ``2G``, ``1.5GiB``, ``1000000`` or an integer."""
+    """Bytes from ``512MiB``, ``2G``, ``1.5GiB``, ``2Gi``, ``1000000`` or an integer."""
     return _size_parts(value, key)[0]
 
 
