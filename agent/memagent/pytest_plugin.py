@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from memagent.proc.procfs import ProcessHandle
 
 MARKER = "memory_budget"
+#: Set by ``memagent run`` in CMD's environment (its PID): the run judges this process's
+#: exact peak on its high-water mark, which a reset per test would take from it.
+UNDER_RUN = "MEMAGENT_RUN_PID"
 DEFAULT_TOP = 20
 
 
@@ -122,8 +125,11 @@ class _Meter:
 
     def __init__(self, handle: ProcessHandle) -> None:
         self.handle = handle
-        #: Why the kernel refused the reset (then no peak is exact), None while it accepts it.
+        #: Why the high-water mark is not reset (the kernel refused; ``memagent run`` watches
+        #: this process): then no peak is exact. None while it is reset.
         self.refused: str | None = None
+        if os.environ.get(UNDER_RUN):
+            self.refused = f"memagent run (PID {os.environ[UNDER_RUN]}) watches this process and judges its peak"
 
     def _read(self) -> tuple[int, int]:
         """(VmHWM, VmRSS) now, in bytes."""
@@ -237,7 +243,7 @@ def over_budget(peak: Measured, budget: Budget, rss_start: int, refused: str | N
     what = (f"growth {format_size(value, long=True)} (peak {format_size(peak.peak, long=True)} - "
             f"{format_size(rss_start, long=True)} at the test's start)" if budget.growth
             else f"peak RSS {format_size(value, long=True)}")
-    caveat = "" if peak.exact else f" [not exact: a lower bound; the kernel refused the reset: {refused}]"
+    caveat = "" if peak.exact else f" [not exact: a lower bound; the high-water mark was not reset: {refused}]"
     return (f"{MARKER}: {what} exceeds the budget of {format_size(budget.size, long=True)} "
             f"by {format_size(value - budget.size, long=True)}{caveat}")
 
@@ -259,6 +265,6 @@ def write_summary(tr: pytest.TerminalReporter, recorder: PeakRecorder) -> None:
     if len(peaks) > recorder.top:
         tr.write_line(f"({len(peaks) - recorder.top} more tests not shown: --memagent-top N)")
     if recorder.refused is not None:
-        tr.write_line(f"not exact: the kernel refused the reset of the high-water mark ({recorder.refused}): each such "
+        tr.write_line(f"not exact: the high-water mark was not reset ({recorder.refused}): each such "
                       "figure is the larger of the RSS read at the test's start and end, a lower bound, "
                       "unless the process's high-water mark rose during the test")
