@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -78,7 +79,7 @@ def test_over_budget_exits_3_and_names_the_allocating_function(tmp_path: Path) -
     data = json.loads(report.read_text())
     assert set(data) == {"command", "exit_status", "over_budget", "budget_rss_bytes", "budget_vram_bytes",
                          "rss_peak_bytes", "max_process_rss_peak_bytes", "vram_peak_bytes", "duration_s",
-                         "processes", "growth_sites", "fits"}
+                         "processes", "growth_sites", "fits", "kernel_max_rss_bytes"}
     assert data["fits"] is None  # no --fits
     assert data["exit_status"] == 3 and data["over_budget"] is True
     assert data["budget_rss_bytes"] == 200 * MiB
@@ -161,6 +162,21 @@ def test_unwritable_report_is_refused_before_the_command_runs(tmp_path: Path) ->
     # A writable path passes the check, and is written even for a command that cannot start.
     r = memagent_cli("run", "--report", str(tmp_path / "r.json"), "--", str(tmp_path / "missing"))
     assert r.returncode == 127 and json.loads((tmp_path / "r.json").read_text())["exit_status"] == 127
+
+
+def test_as_a_second_user_the_kernels_peak_catches_what_the_agent_missed(test_user: pwd.struct_passwd) -> None:
+    """Not root: no kernel process events, so a child that lives 0.1 s is never seen by
+    the agent (it scans /proc once a second); the kernel's own peak of the tree (wait4's
+    ru_maxrss of CMD, which reaped it) still fails the budget. As that user, with the
+    system's Python (this interpreter lives under root's home) and our packages."""
+    site = next(p for p in sys.path if p.endswith("site-packages") and ".venv" in p)
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run(["/usr/bin/python3", "-m", "memagent.cli", "run", "--budget-rss", "100MiB", "--",
+                        "/usr/bin/python3", "-c", FORKED], user=test_user.pw_uid, group=test_user.pw_gid,
+                       extra_groups=[], cwd="/", capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{root}/protocol:{root}/agent:{site}"})
+    assert r.returncode == 3, r.stderr
+    assert "the kernel says a process of the tree peaked at 15" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_per_process_budget(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import signal
 
 from ..agent_thread import AgentThread
@@ -59,6 +60,14 @@ class Child:
         self.pid, self._go, self._err = pid, go_w, err_r
         self.wait_status: int | None = None
         self.released = False
+        #: The kernel's own peak of the biggest process of the tree reaped so far (bytes):
+        #: ``wait4``'s ``ru_maxrss`` of CMD counts CMD and every descendant it (or its
+        #: descendants) reaped, and of each orphan we reaped; exact, even for a process the
+        #: agent never saw (no kernel process events: not root).
+        self.kernel_max_rss = 0
+        #: CMD's figure starts at our RSS when it was forked (the image its ``exec``
+        #: replaced): below this, it says nothing about CMD's tree.
+        self.kernel_floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def release(self) -> str | None:
         """Let it exec; why it could not (``strerror``), or None once it did."""
@@ -78,9 +87,10 @@ class Child:
 
     def reap(self, block: bool = False) -> bool:
         if self.wait_status is None:
-            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+            pid, status, usage = os.wait4(self.pid, 0 if block else os.WNOHANG)
             if pid:
                 self.wait_status = status
+                self.kernel_max_rss = max(self.kernel_max_rss, usage.ru_maxrss * 1024)
         return self.wait_status is not None
 
     def reap_orphans(self, tree: set[int]) -> None:
@@ -93,7 +103,8 @@ class Child:
                 return
             if info is None or info.si_pid == self.pid or info.si_pid not in tree:
                 return
-            os.waitpid(info.si_pid, 0)
+            _, _, usage = os.wait4(info.si_pid, 0)
+            self.kernel_max_rss = max(self.kernel_max_rss, usage.ru_maxrss * 1024)
 
     @property
     def exit_code(self) -> int:
@@ -101,6 +112,11 @@ class Child:
         assert self.wait_status is not None
         code = os.waitstatus_to_exitcode(self.wait_status)
         return 128 - code if code < 0 else code
+
+    @property
+    def kernel_peak(self) -> int | None:
+        """The tree's biggest reaped process's peak by the kernel, when it tells something."""
+        return self.kernel_max_rss if self.kernel_max_rss > self.kernel_floor else None
 
 
 class RunAgent(AgentThread):

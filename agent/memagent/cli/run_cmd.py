@@ -323,8 +323,9 @@ def run_command(args: argparse.Namespace) -> int:
     if exec_error is not None:
         print(f"{PROG}: {printable(argv[0])}: {'command not found' if child.exit_code == 127 else exec_error}",
               file=sys.stderr)
-    outcome = Outcome(argv, child.exit_code, duration, figures.total, figures.processes, figures.sites, exec_error,
-                      killed)
+    kernel = child.kernel_peak if exec_error is None else None
+    outcome = Outcome(argv, child.exit_code, duration, max(figures.total, kernel or 0), figures.processes,
+                      figures.sites, exec_error, killed, kernel_max_rss=kernel)
     if args.fits and exec_error is None:
         outcome.fits = ask_fits(args.socket, figures)
     over = bool(failures(outcome, budget)) or killed

@@ -73,10 +73,24 @@ class Outcome:
     killed: bool = False
     #: ``--fits``: the daemon's verdict on each resource the run used.
     fits: list[Verdict] | None = None
+    #: The kernel's peak of the tree's biggest process (``wait4``), when it tells something.
+    kernel_max_rss: int | None = None
 
     @property
     def max_process(self) -> ProcessPeak | None:
         return max(self.processes, key=lambda p: p.rss_peak_bytes, default=None)
+
+    @property
+    def max_process_rss(self) -> int:
+        """The biggest process's peak: the agent's, or the kernel's when higher (a process
+        the agent missed, or saw only between samples)."""
+        seen = self.max_process.rss_peak_bytes if self.max_process else 0
+        return max(seen, self.kernel_max_rss or 0)
+
+    @property
+    def missed(self) -> bool:
+        """The kernel saw a process peak higher than any the agent reported."""
+        return self.max_process_rss > (self.max_process.rss_peak_bytes if self.max_process else 0)
 
     @property
     def vram_peak_bytes(self) -> int | None:
@@ -96,6 +110,9 @@ def excess(outcome: Outcome, budget: Budget) -> list[str]:
                 v = p.vram_peak_bytes or 0
                 out.append(f"PID {p.pid} VRAM peak {human_bytes(v)} is {human_bytes(v - budget.vram)} over "
                            f"{human_bytes(budget.vram)}")
+        if budget.rss is not None and outcome.missed and outcome.max_process_rss > budget.rss:
+            out.append(f"a process's RSS peak {human_bytes(outcome.max_process_rss)} (the kernel's, wait4) is "
+                       f"{human_bytes(outcome.max_process_rss - budget.rss)} over {human_bytes(budget.rss)}")
         return out
     if budget.rss is not None and outcome.rss_peak_bytes > budget.rss:
         out.append(f"Σ RSS peak {human_bytes(outcome.rss_peak_bytes)} is "
@@ -130,6 +147,10 @@ def summary_lines(outcome: Outcome, budget: Budget, exit_status: int) -> list[st
         lines.append(f"  biggest: PID {biggest.pid} {human_bytes(biggest.rss_peak_bytes)}"
                      + ("" if biggest.rss_peak_exact else " (sampled: the true peak may be higher)")
                      + f" {printable(' '.join(biggest.cmdline))[:80]}")
+    if outcome.missed:
+        lines.append(f"  the kernel says a process of the tree peaked at {human_bytes(outcome.max_process_rss)} "
+                     "(wait4's ru_maxrss), more than the agent saw of any: it missed a short-lived process "
+                     "(no kernel process events without root)")
     vram = outcome.vram_peak_bytes
     lines.append(f"  VRAM peak {human_bytes(vram) if vram is not None else 'none'}"
                  + (f" (budget {human_bytes(budget.vram)})" if budget.vram is not None else ""))
@@ -155,7 +176,8 @@ def report_json(outcome: Outcome, budget: Budget, exit_status: int) -> dict[str,
         "budget_rss_bytes": budget.rss,
         "budget_vram_bytes": budget.vram,
         "rss_peak_bytes": outcome.rss_peak_bytes,
-        "max_process_rss_peak_bytes": outcome.max_process.rss_peak_bytes if outcome.max_process else 0,
+        "max_process_rss_peak_bytes": outcome.max_process_rss,
+        "kernel_max_rss_bytes": outcome.kernel_max_rss,
         "vram_peak_bytes": outcome.vram_peak_bytes,
         "duration_s": round(outcome.duration_s, 3),
         "processes": [{"pid": p.pid, "cmdline": p.cmdline, "rss_peak_bytes": p.rss_peak_bytes,
