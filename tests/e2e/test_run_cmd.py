@@ -177,6 +177,8 @@ def test_as_a_second_user_the_kernels_peak_catches_what_the_agent_missed(test_us
                        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{root}/protocol:{root}/agent:{site}"})
     assert r.returncode == 3, r.stderr
     assert "the kernel says a process of the tree peaked at 15" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.startswith("memagent run: ")  # nothing printed before the summary (no agent warnings)
+    assert "note: no kernel process events" in r.stderr
 
 
 def test_per_process_budget(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ any client (the judge and the outputs: :mod:`.run_report`).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -241,6 +242,8 @@ class Figures:
     needs: list[Need]
     #: PID -> start time of the tree's processes (to know them in the daemon's list).
     starts: dict[int, float]
+    #: What the agent could not do (no stacks, no process events), for the summary.
+    notes: list[str]
 
 
 def finish(client: Client, child: Child, watch: Watch) -> Figures:
@@ -256,7 +259,11 @@ def finish(client: Client, child: Child, watch: Watch) -> Figures:
     processes = [ProcessPeak.of(p, watch.stacks.get(p.pid)) for p in infos]
     sites = sorted(watch.sites.values(), key=lambda s: -s.bytes)[:10]
     gpus = [Need(h.resource, h.sum_peaks_bytes) for h in status.headroom if h.resource != HOST and h.sum_peaks_bytes]
-    return Figures(total, processes, sites, [Need(HOST, total), *gpus], {p.pid: p.start_time for p in infos})
+    notes = [f"no Python stacks: {status.stack_note}"] if status.stack_note else []
+    if status.process_events != "netlink":
+        notes.append(f"no kernel process events ({status.process_events_note or 'polling'}): a descendant "
+                     "living under a second may be unseen (the kernel's wait4 peak stands in)")
+    return Figures(total, processes, sites, [Need(HOST, total), *gpus], {p.pid: p.start_time for p in infos}, notes)
 
 
 def ask_fits(socket: str | None, figures: Figures) -> list[Verdict]:
@@ -291,6 +298,9 @@ def run_command(args: argparse.Namespace) -> int:
     from .run_agent import Child, RunAgent, become_subreaper  # the agent (and asyncio): only for this command
 
     become_subreaper()
+    # The agent's warnings (no py-spy, no process events) would print while CMD runs: they
+    # come in the summary instead (Figures.notes); its errors still show.
+    logging.getLogger("memagent").setLevel(logging.ERROR)
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED_SIGNALS)
     child = Child(argv, set(old_mask))
     agent: RunAgent | None = None
@@ -325,7 +335,7 @@ def run_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
     kernel = child.kernel_peak if exec_error is None else None
     outcome = Outcome(argv, child.exit_code, duration, max(figures.total, kernel or 0), figures.processes,
-                      figures.sites, exec_error, killed, kernel_max_rss=kernel)
+                      figures.sites, exec_error, killed, kernel_max_rss=kernel, notes=figures.notes)
     if args.fits and exec_error is None:
         outcome.fits = ask_fits(args.socket, figures)
     over = bool(failures(outcome, budget)) or killed

@@ -75,6 +75,8 @@ class Outcome:
     fits: list[Verdict] | None = None
     #: The kernel's peak of the tree's biggest process (``wait4``), when it tells something.
     kernel_max_rss: int | None = None
+    #: What the agent could not do, one phrase each (the summary's last lines).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def max_process(self) -> ProcessPeak | None:
@@ -161,6 +163,7 @@ def summary_lines(outcome: Outcome, budget: Budget, exit_status: int) -> list[st
     if biggest is not None and biggest.stack_at_peak:
         lines.append(f"  stack at the peak of PID {biggest.pid} (innermost first):")
         lines.extend(f"    {frame}" for frame in biggest.stack_at_peak[:8])
+    lines.extend(f"  note: {printable(note)}" for note in outcome.notes)
     if outcome.growth_sites:
         lines.append("  top growth sites:")
         lines.extend(f"    {human_bytes(s.bytes):>9}  {frame_text(s.function, s.filename, s.line)}"
