@@ -37,7 +37,8 @@ def snapshot(**changes: object) -> Snapshot:
             ProcessFigures(102, "python3", "trainer", 100 * MiB, 120 * MiB, None, None, 0.0, False),
             ProcessFigures(103, "nginx", "", 10 * MiB, 11 * MiB, 0, 0, 0.0, True),
         ),
-        headroom=(HeadroomFigures("host", 631 * MiB, 8192 * MiB, 631 / 8192), HeadroomFigures(GPU, 4096 * MiB, 0, None)),
+        headroom=(HeadroomFigures("host", 631 * MiB, 8192 * MiB, 631 / 8192),
+                  HeadroomFigures(GPU, 4096 * MiB, 0, None)),
         firing=(("budget", "trainer", "warning"), ("headroom", "host", "critical")),
         warn_fraction=0.9,
         budgets=(("trainer", 600 * MiB),),
@@ -169,7 +170,7 @@ def test_listen_addresses(text: str, expected: tuple[str, int]) -> None:
 
 
 @pytest.mark.parametrize("text", ["9478", ":9478", "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:-1", "::1:9478",
-                                  "example.com:9478", "[127.0.0.1]:9478", "127.0.0.1:９４"])
+                                  "example.com:9478", "[127.0.0.1]:9478", "127.0.0.1:\uff19\uff14"])  # fullwidth digits
 def test_bad_listen_addresses(text: str) -> None:
     with pytest.raises(ValueError):
         split_listen(text)

@@ -77,7 +77,7 @@ def _process_families(s: Snapshot) -> Iterator[str]:
     else:
         keys = [_labels(pid=str(r.pid), name=r.name, label=r.label) for r in rows]
     for name, help_text, figure in PROCESS_FAMILIES:
-        samples = [(k, v) for k, v in zip(keys, map(figure, rows)) if v is not None]
+        samples = [(k, v) for k, v in zip(keys, map(figure, rows), strict=True) if v is not None]
         yield _gauge(name, help_text + (" Summed per label." if s.per_label else ""), samples)
 
 
@@ -102,7 +102,7 @@ def _host_families(s: Snapshot, openmetrics: bool) -> Iterator[str]:
     name = "memagent_tick_duration_seconds"
     buckets = [*(number(b) for b in t.bounds), "+Inf"]
     yield (_head(name, "histogram", "How long each tick (sample, alerts, fan-out) took.")
-           + "".join(f'{name}_bucket{{le="{le}"}} {n}\n' for le, n in zip(buckets, t.cumulative))
+           + "".join(f'{name}_bucket{{le="{le}"}} {n}\n' for le, n in zip(buckets, t.cumulative, strict=True))
            + f"{name}_count {t.count}\n{name}_sum {number(t.total)}\n")
     dumps = "memagent_stack_dumps" if openmetrics else "memagent_stack_dumps_total"
     yield (_head(dumps, "counter", "py-spy stack dumps started.") + f"memagent_stack_dumps_total {s.stack_dumps}\n")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 
 from memproto.text import printable
@@ -80,7 +81,7 @@ class MetricsExporter:
         self.source = source
         self.ticker = ticker
         self.pacer = Pacer(ticker)
-        self.server: asyncio.AbstractServer | None = None
+        self.server: asyncio.Server | None = None
         self.scrapes = 0
         self._clients: set[asyncio.Task[None]] = set()
         self._textfile_failing: str | None = None
@@ -108,8 +109,9 @@ class MetricsExporter:
         try:
             self.server = await asyncio.start_server(self._accept, host, port, limit=MAX_HEAD)
         except OSError as exc:
-            raise MetricsListenError(f"cannot listen on {self.config.listen} for metrics: "
-                                     f"{printable(exc.strerror or str(exc))}") from None
+            # asyncio rewords the error ("error while attempting to bind on address ..."): its errno says it plainly.
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise MetricsListenError(f"cannot listen on {self.config.listen} for metrics: {printable(reason)}") from None
         bound = self.server.sockets[0].getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         log.info("metrics: serving http://%s:%d/metrics", shown, bound[1])
