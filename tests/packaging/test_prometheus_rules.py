@@ -244,7 +244,7 @@ def scraped(fake_nvml: Path, tmp_path: Path, start_daemon: Callable[..., Daemon]
     state = tmp_path / "gpu-state"
     gpus.write(state)
     config = tmp_path / "memagent.toml"
-    config.write_text('[budgets]\ntiny = "1MiB"\n')
+    config.write_text('[budgets]\ntiny = "64KiB"\n')
     port = free_port()
     d = start_daemon("--config", str(config), "--interval", "0.1", "--metrics", f"127.0.0.1:{port}",
                      env=nvml_env(fake_nvml, state))
