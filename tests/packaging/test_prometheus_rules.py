@@ -12,15 +12,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Daemon, Target, poll
+from conftest import Daemon, Target, free_port, poll, scrape
 from fakes.fakenvml import FakeGpuState, GiB, build_fake_nvml, nvml_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -207,13 +205,6 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- against a real daemon
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def exported(text: str) -> dict[str, set[str]]:
     """Metric name -> its label names, from the samples of a text exposition."""
     out: dict[str, set[str]] = {}
@@ -251,14 +242,15 @@ def scraped(fake_nvml: Path, tmp_path: Path, start_daemon: Callable[..., Daemon]
     with d.client() as c:
         c.attach([t.pid], label="tiny")
 
-    def scrape() -> dict[str, set[str]] | None:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            names = exported(r.read().decode())
+    def ready() -> dict[str, set[str]] | None:
+        status, _, body = scrape(port)
+        assert status == 200, body
+        names = exported(body)
         # Wait for the figures that take a tick or two: the GPU peak and the budget alert.
         ready = {"memagent_process_vram_peak_bytes", "memagent_alert_firing", "memagent_headroom_ratio"}
         return names if ready <= names.keys() else None
 
-    found: dict[str, set[str]] = poll("a scrape with GPU figures and a firing alert", scrape, timeout=10)
+    found: dict[str, set[str]] = poll("a scrape with GPU figures and a firing alert", ready, timeout=10)
     return found
 
 
