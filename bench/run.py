@@ -15,6 +15,7 @@ Prints a report; asserts nothing. See bench/README.md for what each number means
 10. the daemon's whole-process CPU per process-sample, against psutil (daemon_cpu.py)
 11. the flight recorder: bytes per hour and its cost, 100 processes at 0.5 s (record_size.py)
 12. peaks against the anchor, mprof run at 0.1 s, on a spiky workload  (mprof_compare.py)
+13. the Prometheus endpoint at 1000 processes: scrape time, RSS, tick delay (metrics_scrape.py)
 
 All watched processes are children of this process in one process group, killed on the
 way out whatever happens (SIGTERM included).
@@ -44,7 +45,7 @@ from fleet import Fleet  # noqa: E402
 from memagent.agent import raise_fd_limit  # noqa: E402
 
 PROCESSES = 1000
-#: Parts 6-11, each in a process of its own: (title, script).
+#: Parts 6-13, each in a process of its own: (title, script).
 PARTS_ALONE = (
     ("6. memtop at 1000 rows", "memtop_update.py"),
     ("7. stacks overhead on the watched process", "stacks_overhead.py"),
@@ -53,6 +54,7 @@ PARTS_ALONE = (
     ("10. daemon CPU per process-sample at 1000 idle processes, 10 Hz", "daemon_cpu.py"),
     ("11. flight recorder: bytes per hour and cost, 100 processes at 0.5 s", "record_size.py"),
     ("12. peaks against mprof run (0.1 s) on a spiky workload", "mprof_compare.py"),
+    ("13. metrics endpoint at 1000 processes: scrape time, RSS, tick delay", "metrics_scrape.py"),
 )
 PYTHONS = 20
 

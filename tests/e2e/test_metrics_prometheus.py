@@ -73,7 +73,7 @@ def test_prometheus_sees_what_status_and_ls_say(tmp_path: Path, start_daemon: Ca
                 return sum_peaks, peak
             return None
 
-        sum_peaks, peak = poll("Prometheus's figures equal to status --json and ls --json", agree, timeout=25)
+        sum_peaks, _ = poll("Prometheus's figures equal to status --json and ls --json", agree, timeout=25)
         assert sum_peaks > 0
         up = query(web, 'up{job="memagent"}')
         assert list(up.values()) == [1.0]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator
+from functools import lru_cache
 
 from .metrics_snapshot import ProcessFigures, Snapshot
 
@@ -70,12 +71,16 @@ def _gauge(name: str, help_text: str, samples: list[tuple[str, float | int]]) ->
     return _head(name, "gauge", help_text) + "".join(f"{name}{labels} {number(v)}\n" for labels, v in samples)
 
 
+@lru_cache(maxsize=16_384)
+def process_labels(pid: int, name: str, label: str) -> str:
+    """The label set of a process's series (of a label's: ``pid`` 0). Kept from one
+    scrape to the next: a process's seldom change, and escaping them is half the work."""
+    return _labels(label=label) if pid == 0 else _labels(pid=str(pid), name=name, label=label)
+
+
 def _process_families(s: Snapshot) -> Iterator[str]:
     rows = s.processes
-    if s.per_label:
-        keys = [_labels(label=r.label) for r in rows]
-    else:
-        keys = [_labels(pid=str(r.pid), name=r.name, label=r.label) for r in rows]
+    keys = [process_labels(r.pid, r.name, r.label) for r in rows]
     for name, help_text, figure in PROCESS_FAMILIES:
         samples = [(k, v) for k, v in zip(keys, map(figure, rows), strict=True) if v is not None]
         yield _gauge(name, help_text + (" Summed per label." if s.per_label else ""), samples)

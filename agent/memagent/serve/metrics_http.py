@@ -109,7 +109,7 @@ class MetricsExporter:
         try:
             self.server = await asyncio.start_server(self._accept, host, port, limit=MAX_HEAD)
         except OSError as exc:
-            # asyncio rewords the error ("error while attempting to bind on address ..."): its errno says it plainly.
+            # asyncio rewords it ("error while attempting to bind on address ..."): errno says it plainly.
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise MetricsListenError(f"cannot listen on {self.config.listen} for metrics: {printable(reason)}") from None
         bound = self.server.sockets[0].getsockname()
