@@ -111,7 +111,8 @@ class MetricsExporter:
         except OSError as exc:
             # asyncio rewords it ("error while attempting to bind on address ..."): errno says it plainly.
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise MetricsListenError(f"cannot listen on {self.config.listen} for metrics: {printable(reason)}") from None
+            where = self.config.listen
+            raise MetricsListenError(f"cannot listen on {where} for metrics: {printable(reason)}") from None
         bound = self.server.sockets[0].getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         log.info("metrics: serving http://%s:%d/metrics", shown, bound[1])
