@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import stat
 from collections.abc import Callable
@@ -204,3 +205,24 @@ def test_hostile_clients_delay_neither_the_tick_nor_a_scrape(start_daemon: Calla
     finally:
         for s in hanging:
             s.close()
+
+
+def test_sighup_applies_the_metrics_keys_but_listen(tmp_path: Path, start_daemon: Callable[..., Daemon],
+                                                    make_target: Callable[..., Target]) -> None:
+    port = free_port()
+    path = config(tmp_path, f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
+    d = start_daemon("--interval", "0.1", "--config", path)
+    t = make_target()
+    attach(d, t, "hup")
+    poll("the process by PID", lambda: f'pid="{t.pid}"' in scrape(port)[2])
+    config(tmp_path, f'[metrics]\nlisten = "127.0.0.1:{free_port()}"\nper_process = "label"\n')
+    d.proc.send_signal(signal.SIGHUP)
+    poll("the reload", lambda: "reloaded" in d.log)
+    assert "applied metrics.per_process" in d.log and "metrics.listen changed but only a restart" in d.log, d.log
+
+    def by_label() -> str | None:
+        body = scrape(port)[2]
+        return body if 'pid="' not in body else None
+
+    body = poll("the label's series, no PID", by_label)
+    assert 'memagent_process_rss_peak_bytes{label="hup"}' in body
