@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import Daemon, Target, free_port, memagent_cli, poll, scrape
+from fakes.fakenvml import FakeGpuState, nvml_env
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
@@ -226,3 +227,31 @@ def test_sighup_applies_the_metrics_keys_but_listen(tmp_path: Path, start_daemon
 
     body = poll("the label's series, no PID", by_label)
     assert 'memagent_process_rss_peak_bytes{label="hup"}' in body
+
+
+def test_vram_and_gpu_headroom_as_status_and_ls_say(lib_dir: Path, tmp_path: Path,
+                                                    start_daemon: Callable[..., Daemon],
+                                                    make_target: Callable[..., Target]) -> None:
+    gpus = FakeGpuState()
+    t = make_target()
+    gpus.add_device(total=80 * 1024 * MiB, used=20 * 1024 * MiB, uuid="GPU-m16")
+    gpus.add_proc(0, t.pid, 3 * 1024 * MiB)
+    gpus.write(tmp_path / "gpu-state")
+    port = free_port()
+    d = start_daemon("--interval", "0.1", "--metrics", f"127.0.0.1:{port}",
+                     env=nvml_env(lib_dir, tmp_path / "gpu-state"))
+    attach(d, t, "gpu")
+
+    def agree() -> bool:
+        got = samples(scrape(port)[2])
+        proc = next(p for p in cli_json(d, "ls") if p["pid"] == t.pid)
+        gpu = next((h for h in cli_json(d, "status")["headroom"] if h["resource"] == "GPU-m16"), None)
+        series = {"pid": str(t.pid), "name": proc["name"], "label": "gpu"}
+        return (gpu is not None and proc["vram_peak_bytes"] == 3 * 1024 * MiB
+                and got.get(key("memagent_process_vram_bytes", **series)) == proc["vram_bytes"]
+                and got.get(key("memagent_process_vram_peak_bytes", **series)) == proc["vram_peak_bytes"]
+                and got.get(key("memagent_headroom_sum_peaks_bytes", resource="GPU-m16")) == gpu["sum_peaks_bytes"]
+                and got.get(key("memagent_headroom_capacity_bytes", resource="GPU-m16")) == gpu["capacity_bytes"]
+                and got.get(key("memagent_headroom_ratio", resource="GPU-m16")) == gpu["ratio"])
+
+    poll("the GPU's figures in a scrape, as status and ls say", agree)
