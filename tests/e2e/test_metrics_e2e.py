@@ -188,9 +188,10 @@ def test_bad_metrics_settings_are_one_line(tmp_path: Path, sock_path: str) -> No
 def test_hostile_clients_delay_neither_the_tick_nor_a_scrape(start_daemon: Callable[..., Daemon]) -> None:
     port = free_port()
     d = start_daemon("--interval", "0.05", "--metrics", f"127.0.0.1:{port}")
-    hanging = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+    # More than the 16 connections served at once: each new one pushes out the oldest silent one.
+    hanging = [socket.create_connection(("127.0.0.1", port)) for _ in range(24)]
     try:
-        hanging[0].sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        hanging[-1].sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
         with socket.create_connection(("127.0.0.1", port), timeout=5) as garbage:
             garbage.sendall(b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + os.urandom(64) + b"\r\n\r\n")
             assert garbage.recv(100).startswith(b"HTTP/1.1 400 ")

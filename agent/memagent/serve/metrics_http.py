@@ -12,8 +12,10 @@ textfile's write and fsync go to a worker thread (they hold no GIL while they wa
 The HTTP side is the least a scraper needs: ``GET`` or ``HEAD`` of ``/metrics``, the
 Prometheus text format, or OpenMetrics when the ``Accept`` header names it; one request
 per connection. A client gets :data:`HEAD_TIMEOUT` seconds and :data:`MAX_HEAD` bytes for
-its request, and at most :data:`MAX_CONNECTIONS` are served at once: one that connects
-and says nothing, or says nonsense, costs a socket until then and never the tick.
+its request, and at most :data:`MAX_CONNECTIONS` are held at once; when all are taken, a
+new one closes the oldest that has not sent its request yet (a scraper sends it at once),
+so connections that say nothing cannot lock scrapes out. One that says nothing, or says
+nonsense, costs a socket for a while and never the tick.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class MetricsExporter:
         self.server: asyncio.Server | None = None
         self.scrapes = 0
         self._clients: set[asyncio.Task[None]] = set()
+        #: The connections still waiting for their request, oldest first (dicts keep order).
+        self._waiting: dict[asyncio.Task[None], None] = {}
         self._textfile_failing: str | None = None
 
     # ------------------------------------------------------------------ the exposition
@@ -123,16 +127,24 @@ class MetricsExporter:
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self._clients) >= MAX_CONNECTIONS:
-            writer.close()
-            return
+            if not self._waiting:  # all of them being answered: this one waits for none
+                writer.close()
+                return
+            next(iter(self._waiting)).cancel()  # its finally closes it
         task = asyncio.ensure_future(self._serve(reader, writer))
         self._clients.add(task)
-        task.add_done_callback(self._clients.discard)
+        self._waiting[task] = None
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._clients.discard(task)
+        self._waiting.pop(task, None)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+                self._waiting.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
                 method, path, headers = parse_head(head)
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError):
                 writer.write(response(400, b"not an HTTP/1.x request\n"))
