@@ -2,10 +2,10 @@
 (0.0.4) or in OpenMetrics 1.0.0, one metric family at a time (docs/metrics.md).
 
 Written here rather than with prometheus-client: at 1000 watched processes its
-``generate_latest()`` takes ~55 ms (OpenMetrics ~80 ms) of the daemon's only thread,
-longer than the 50 ms a scrape may take and ten times the 5 ms a tick may be delayed,
-and importing it adds ~5 MB of RSS; this renders the same families in ~2 ms
-(bench/metrics_scrape.py measures both). The tests read the output with
+``generate_latest()`` takes 30-55 ms (OpenMetrics more) of the daemon's only thread, in
+one piece, about the 50 ms a scrape may take and ten times the 5 ms a tick may be
+delayed, and importing it adds ~2.5 MB to the daemon's RSS; this renders the same
+families in ~3 ms, a family at a time (bench/metrics_scrape.py measures both). The tests read the output with
 prometheus-client's parsers and a real Prometheus.
 
 Pure: a snapshot in, text out. Label values are escaped (``\\``, ``"``, newline), so a
@@ -71,10 +71,11 @@ def _gauge(name: str, help_text: str, samples: list[tuple[str, float | int]]) ->
     return _head(name, "gauge", help_text) + "".join(f"{name}{labels} {number(v)}\n" for labels, v in samples)
 
 
-@lru_cache(maxsize=16_384)
+@lru_cache(maxsize=4096)
 def process_labels(pid: int, name: str, label: str) -> str:
     """The label set of a process's series (of a label's: ``pid`` 0). Kept from one
-    scrape to the next: a process's seldom change, and escaping them is half the work."""
+    scrape to the next: a process's seldom change, and escaping them is half the work.
+    4096 of them at most (~1 MB); beyond that many processes the cache only misses."""
     return _labels(label=label) if pid == 0 else _labels(pid=str(pid), name=name, label=label)
 
 
