@@ -84,7 +84,6 @@ class MetricsExporter:
         self.ticker = ticker
         self.pacer = Pacer(ticker)
         self.server: asyncio.Server | None = None
-        self.scrapes = 0
         self._clients: set[asyncio.Task[None]] = set()
         #: The connections still waiting for their request, oldest first (dicts keep order).
         self._waiting: dict[asyncio.Task[None], None] = {}
@@ -120,10 +119,6 @@ class MetricsExporter:
         bound = self.server.sockets[0].getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         log.info("metrics: serving http://%s:%d/metrics", shown, bound[1])
-
-    @property
-    def port(self) -> int | None:
-        return self.server.sockets[0].getsockname()[1] if self.server is not None else None
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self._clients) >= MAX_CONNECTIONS:
@@ -166,7 +161,6 @@ class MetricsExporter:
             return response(404, b"not found: the metrics are at /metrics\n", head=head)
         openmetrics = wants_openmetrics(headers.get("accept", ""))
         body = await self.exposition(openmetrics)
-        self.scrapes += 1
         return response(200, body, OPENMETRICS_TYPE if openmetrics else TEXT_TYPE, head=head)
 
     # ------------------------------------------------------------------ textfile
