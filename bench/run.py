@@ -16,6 +16,7 @@ Prints a report; asserts nothing. See bench/README.md for what each number means
 11. the flight recorder: bytes per hour and its cost, 100 processes at 0.5 s (record_size.py)
 12. peaks against the anchor, mprof run at 0.1 s, on a spiky workload  (mprof_compare.py)
 13. the pytest plugin against the anchor, pytest-memray: overhead, what each catches (pytest_compare.py)
+14. the Prometheus endpoint at 1000 processes: scrape time, RSS, tick delay (metrics_scrape.py)
 
 All watched processes are children of this process in one process group, killed on the
 way out whatever happens (SIGTERM included).
@@ -45,7 +46,7 @@ from fleet import Fleet  # noqa: E402
 from memagent.agent import raise_fd_limit  # noqa: E402
 
 PROCESSES = 1000
-#: Parts 6-13, each in a process of its own: (title, script).
+#: Parts 6-14, each in a process of its own: (title, script).
 PARTS_ALONE = (
     ("6. memtop at 1000 rows", "memtop_update.py"),
     ("7. stacks overhead on the watched process", "stacks_overhead.py"),
@@ -55,6 +56,7 @@ PARTS_ALONE = (
     ("11. flight recorder: bytes per hour and cost, 100 processes at 0.5 s", "record_size.py"),
     ("12. peaks against mprof run (0.1 s) on a spiky workload", "mprof_compare.py"),
     ("13. pytest --memagent against pytest-memray on one sample suite", "pytest_compare.py"),
+    ("14. metrics endpoint at 1000 processes: scrape time, RSS, tick delay", "metrics_scrape.py"),
 )
 PYTHONS = 20
 

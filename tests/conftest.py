@@ -9,11 +9,13 @@ on its stdout, a sample frame carrying the awaited value. Never by sleeping.
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import os
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -310,3 +312,26 @@ def spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes] | None:
         proc.kill()
         proc.wait()
     return None
+
+
+# --------------------------------------------------------------------------- metrics (docs/metrics.md)
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 nothing listens on now (the kernel's pick: another process
+    may take it before the test binds it, which the test then reports)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int, accept: str | None = None, path: str = "/metrics",
+           method: str = "GET") -> tuple[int, str, str]:
+    """(status, content type, body) of one request to the daemon's metrics endpoint."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, headers={"Accept": accept} if accept else {})
+        r = conn.getresponse()
+        return r.status, r.getheader("Content-Type", ""), r.read().decode()
+    finally:
+        conn.close()

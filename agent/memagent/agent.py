@@ -37,6 +37,8 @@ from .proc.nvml import Nvml
 from .proc.procfs import ProcFS
 from .serve.access import AccessPolicy, resolve_group
 from .serve.dispatch import Dispatcher
+from .serve.metrics_http import MetricsExporter
+from .serve.metrics_snapshot import SnapshotSource
 from .serve.pacing import Pacer
 from .serve.recorder import EventTee, FlightRecorder
 from .serve.server import Server
@@ -107,6 +109,9 @@ class Agent:
         self.stacks.on_state = self._stack_state
         self.stacks.on_peak_stack = self.recorder.peak_stack
         self.report.recorder = self.recorder
+        #: The Prometheus endpoint and textfile (docs/metrics.md); each off unless configured.
+        self.metrics = MetricsExporter(config.metrics, SnapshotSource(config, self.registry, self.alerts, self.ticker,
+                                                                      self.stacks), self.ticker)
 
     def _stack_state(self, w: Watched, message: str | None) -> None:
         self.server.stack_state(w, message)
@@ -143,7 +148,12 @@ class Agent:
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         """Serve until ``stop`` is set; the socket file is removed on the way out."""
         raise_fd_limit()
-        await self.server.start()
+        await self.metrics.start()  # bound before the socket: "listening on" means both are
+        try:
+            await self.server.start()
+        except BaseException:
+            await self.metrics.close()
+            raise
         # Restored before any request is served (no await in between): the first `ls` sees it.
         keeper = None
         if self.state is not None:
@@ -166,12 +176,13 @@ class Agent:
         ticker = asyncio.ensure_future(self.ticker.run())
         dumper = asyncio.ensure_future(self.stacks.run())
         saver = asyncio.ensure_future(keeper.run() if keeper is not None else stop.wait())
+        textfile = asyncio.ensure_future(self.metrics.run_textfile())
         if ready is not None:
             ready.set()
         try:
             await stop.wait()
         finally:
-            for task in (ticker, dumper, saver):
+            for task in (ticker, dumper, saver, textfile):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -182,6 +193,7 @@ class Agent:
             for fd in event_fds:
                 loop.remove_reader(fd)
             self.process_events.close()
+            await self.metrics.close()
             await self.server.close()
             for task in self._retiring:
                 task.cancel()
@@ -228,7 +240,8 @@ class Agent:
                      "client_idle_timeout"):
             setattr(c, name, getattr(new, name))
         for part, fresh, fixed in ((c.headroom, new.headroom, ()), (c.alerts, new.alerts, ()),
-                                   (c.stacks, new.stacks, ("enabled", "py_spy")), (c.record, new.record, ("enabled",))):
+                                   (c.stacks, new.stacks, ("enabled", "py_spy")), (c.record, new.record, ("enabled",)),
+                                   (c.metrics, new.metrics, ("listen",))):
             for f in dataclasses.fields(part):
                 if f.name not in fixed:
                     setattr(part, f.name, getattr(fresh, f.name))

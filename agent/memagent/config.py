@@ -19,6 +19,7 @@ from typing import Any
 from memproto.paths import socket_path, user_socket
 from memproto.text import printable
 
+from .config_metrics import MetricsConfig, metrics_config
 from .config_schema import (
     MAX_SIZE,
     RESERVED_FOR_ADMINS,
@@ -42,7 +43,8 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = [
     "DEFAULT_PATH", "MAX_FILE", "MAX_SIZE", "RESERVED_FOR_ADMINS", "RESTART_KEYS", "SCHEMA", "AgentConfig",
-    "AlertConfig", "Check", "ConfigError", "ConfigSource", "HeadroomConfig", "MiB", "RecordConfig", "StackConfig",
+    "AlertConfig", "Check", "ConfigError", "ConfigSource", "HeadroomConfig", "MetricsConfig", "MiB", "RecordConfig",
+    "StackConfig",
     "agent_config", "changed_keys", "check_of", "check_text", "default_path", "key_line", "load", "lookup_user",
     "parse_size", "validate",
 ]
@@ -166,6 +168,7 @@ class AgentConfig:
     headroom: HeadroomConfig = field(default_factory=HeadroomConfig)
     alerts: AlertConfig = field(default_factory=AlertConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     #: Where the watched set and the peaks of exited processes are kept across restarts
     #: (memagent.serve.state); None: nowhere (embedded, demo, or ``state_dir = ""``).
     state_dir: str | None = None
@@ -317,7 +320,8 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
     alerts.budgets = values.get("budgets", {})
     record = RecordConfig(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("record.")})
     record.enabled = record.enabled and not flags.get("no_record")
-    config = AgentConfig(socket=socket, stacks=stacks, headroom=headroom, alerts=alerts, record=record, **given(
+    config = AgentConfig(socket=socket, stacks=stacks, headroom=headroom, alerts=alerts, record=record,
+                         metrics=metrics_config(values, flags), **given(
         interval=("interval", "interval"), auto=("auto", "auto"), auto_label=("auto_label", "auto_label"),
         admin_group=("admin_group", "admin_group"), socket_group=("socket_group", "socket_group"),
         history_seconds=("history", "history"), status_refresh=("status_refresh", "status_refresh"),
@@ -343,7 +347,7 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
 #: history's length sizes each process's ring; NVML, the netlink sockets and py-spy are opened or found at start,
 #: and the flight recorder started or not (its sizes and retry period apply live).
 RESTART_KEYS = frozenset({"socket", "socket_group", "state_dir", "interval", "history", "gpu.enabled",
-                          "events.netlink", "stacks.enabled", "stacks.py_spy", "record.enabled"})
+                          "events.netlink", "stacks.enabled", "stacks.py_spy", "record.enabled", "metrics.listen"})
 
 #: The file key of each :class:`AgentConfig` attribute whose name differs from it.
 _FILE_KEY = {

@@ -23,6 +23,7 @@ from typing import Any
 
 from memproto.text import label_problem
 
+from .config_metrics import METRICS_SCHEMA
 from .errors import ConfigError
 
 #: Of ``[clients] max``, these are only for root and admin-group clients: a crowd of one
@@ -290,6 +291,7 @@ SCHEMA: dict[str, dict[str, Check] | Check] = {
                "retry_interval": Number(0.1, 3600.0, SECONDS)},
     "clients": {"max": Whole(RESERVED_FOR_ADMINS + 1, 10_000), "max_per_uid": Whole(1, 10_000),
                 "idle_timeout": Number(0.1, DAY, SECONDS)},
+    "metrics": METRICS_SCHEMA,
 }
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from memproto.text import printable
 
-from .errors import ConfigError, DaemonAlreadyRunning, SocketPathError
+from .errors import ConfigError, DaemonAlreadyRunning, MetricsListenError, SocketPathError
 
 if TYPE_CHECKING:  # the agent imports asyncio: not before skip_tls_import()
     from .agent import Agent
@@ -170,6 +170,9 @@ def run_daemon(config: AgentConfig) -> int:
         return 1
     except (SocketPathError, PermissionError) as exc:
         print(f"memagent: cannot listen on {config.socket}: {exc}", file=sys.stderr)
+        return 1
+    except MetricsListenError as exc:
+        print(f"memagent: {exc}", file=sys.stderr)
         return 1
     finally:
         notifier.close()

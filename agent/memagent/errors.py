@@ -95,6 +95,12 @@ class SocketPathError(MemagentError):
     """The socket path cannot be used (it exists and is not a socket, ...)."""
 
 
+class MetricsListenError(MemagentError):
+    """The metrics endpoint cannot listen (``[metrics] listen``: the port is taken, the
+    address is not this machine's, a port below 1024 without the right): one line, and
+    the daemon does not start (docs/metrics.md)."""
+
+
 class DaemonAlreadyRunning(SocketPathError):
     def __init__(self, path: str) -> None:
         self.path = path

@@ -26,7 +26,7 @@ from ..proc.nvml import DeviceReading
 from ..proc.procfs import ProcFS
 from .book import AlertBook, Reading
 from .growth import growth, judge
-from .headroom import HostInputs, contribution, gpu_headroom, host_headroom
+from .headroom import HostInputs, budgeted, contribution, gpu_headroom, host_headroom
 from .sharing import SharingTracker
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,9 @@ class AlertEngine:
         self._cgroup_limit: int | None = None
         self._next_cgroup = 0.0
         self._next_leak = 0.0
+        #: Per live process (its key), the growth rate (bytes/s) the last leak check found
+        #: since its latest low (0: not growing); memagent_process_growth_bytes_per_second.
+        self.rates: dict[tuple[int, int], float] = {}
         self.sharing = SharingTracker(registry, headroom)
         self._state: tuple[int, int] = (-1, -1)
         self._devices: list[DeviceReading] | None = None
@@ -126,9 +129,7 @@ class AlertEngine:
 
     def _budgets(self, watched: list[Watched]) -> None:
         for label, budget in self.config.budgets.items():
-            # Only labels the operator set (config, auto-attach, root or admin clients):
-            # another user cannot push its processes into a budget of theirs (it may take its own out).
-            mine = [w for w in watched if w.label == label and w.label_trusted]
+            mine = budgeted(watched, label)
             total = sum(contribution(w) for w in mine)
             top = [Contributor(w.pid, label, contribution(w)) for w in sorted(mine, key=contribution, reverse=True)]
             self.book.evaluate(Reading(
@@ -145,11 +146,13 @@ class AlertEngine:
         slots = min(max(1, int(c.leak_window / step + 0.999999)), self.registry.history_slots)
         longest = (slots - 1) * step
         live = set()
+        self.rates = {}
         for w in self.registry.alive:
             resource = f"pid:{w.pid}"
             live.add(resource)
             g = growth(w.history.series(c.leak_window)[1], w.history.step)
             v = judge(g, left, c.leak_min_rate, c.leak_horizon, longest)
+            self.rates[w.key] = max(0.0, g.rate) if g is not None else 0.0
             name = w.label or w.name
             if g is None or v.eta is None:
                 message = f"{printable(name)} ({w.pid}) is not growing"

@@ -21,7 +21,7 @@ Pure: every input is passed in (the engine reads /proc, cgroups and NVML through
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from memproto.records import Contributor, Headroom, HostMemory
@@ -50,6 +50,13 @@ def host_memory(meminfo: Mapping[str, int]) -> HostMemory:
 def contribution(w: Watched) -> int:
     """The share-adjusted peak a process adds to Σ peaks."""
     return max(0, w.peak - w.shared)
+
+
+def budgeted(watched: Iterable[Watched], label: str) -> list[Watched]:
+    """The processes whose peaks count in ``label``'s budget: only labels the operator set
+    (config, auto-attach, root or admin clients), so that another user cannot push its
+    processes into a budget (it may take its own out)."""
+    return [w for w in watched if w.label == label and w.label_trusted]
 
 
 def host_headroom(inputs: HostInputs, watched: list[Watched], config: HeadroomConfig) -> Headroom:

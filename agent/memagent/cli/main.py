@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="py-spy dumps per second for the whole box (4)")
     d.add_argument("--stack-timeout", type=_setting("stacks.timeout"), metavar="SECONDS",
                    help="a py-spy dump taking longer is killed (2)")
+    d.add_argument("--metrics", type=_setting("metrics.listen"), metavar="ADDR:PORT",
+                   help="serve Prometheus metrics at http://ADDR:PORT/metrics, e.g. 127.0.0.1:9478 "
+                        "([metrics] listen; docs/metrics.md)")
     d.add_argument("-v", "--verbose", action="store_true")
 
     a = sub.add_parser("attach", parents=client, help="start watching processes")

@@ -27,6 +27,7 @@ from memproto.records import TickStats
 
 from ..proc.lifecycle import follow_thread
 from ..proc.parse import parse_statm_pages, parse_status_memory
+from .histogram import Histogram
 from .registry import Registry
 from .watched import Watched
 
@@ -147,6 +148,8 @@ class Ticker:
         self.overruns = 0
         self.max_lateness = 0.0
         self.last_duration = 0.0
+        #: Every tick's duration (memagent_tick_duration_seconds, docs/metrics.md).
+        self.durations = Histogram()
         self._first: float | None = None
         self._last: float | None = None
         #: Loop time of the next tick (None until running); see :meth:`due_in`.
@@ -192,6 +195,7 @@ class Ticker:
             except Exception:
                 log.exception("tick failed")
             self.last_duration = time.perf_counter() - started
+            self.durations.observe(self.last_duration)
             self._ticked.set()
             self._ticked = asyncio.Event()
             deadline += self.interval
