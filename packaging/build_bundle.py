@@ -177,6 +177,10 @@ def doc_files() -> Iterator[tuple[Path, str]]:
         yield page, f"docs/{page.name}"
     yield UNIT, "packaging/memagent.service"
     yield CONFIG, "packaging/memagent.toml"
+    # For the fleet's Prometheus and Grafana (docs/alerting-prometheus.md links them).
+    for extra in sorted([*(ROOT / "packaging" / "prometheus").glob("*.yml"),
+                         *(ROOT / "packaging" / "grafana").glob("*.json")]):
+        yield extra, extra.relative_to(ROOT).as_posix()
 
 
 def fill(text: str, version: str, target: Target, wheels: int) -> str:
