@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from conftest import Daemon, Target
+from conftest import Daemon, Target, poll
 from proctree import TRAINER, MiB, ProcTree
 
 from memagent.agent import Agent
@@ -187,7 +187,8 @@ def test_py_spy_dies_with_a_sigkilled_daemon(start_daemon: Callable[..., Daemon]
         hung = _read_pid_from(fifo, 15)
     pidfd = os.pidfd_open(hung)  # pinned while it runs: readable once it has exited
     try:
-        assert os.readlink(f"/proc/{hung}/exe").endswith("sleep")
+        # The stand-in wrote its PID before its exec: wait for the exec, not a race with it.
+        poll("the stand-in py-spy runs sleep", lambda: os.readlink(f"/proc/{hung}/exe").endswith("sleep"))
         d.proc.kill()
         d.proc.wait(10)
         exited, _, _ = select.select([pidfd], [], [], 10)
