@@ -25,6 +25,7 @@ from .alerting.engine import AlertEngine
 from .alerting.hooks import HookRunner
 from .config import RESTART_KEYS, AgentConfig, AlertConfig, changed_keys
 from .core.autoattach import Scanner
+from .core.containers import ContainerNames, apply_names
 from .core.gpu import GpuSampler
 from .core.process_events import ProcessEvents
 from .core.registry import Registry
@@ -113,6 +114,20 @@ class Agent:
         self.metrics = MetricsExporter(config.metrics, SnapshotSource(config, self.registry, self.alerts, self.ticker,
                                                                       self.stacks), self.ticker)
 
+    def _name_containers(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Container names (memagent.core.containers), looked up in a thread that wakes the
+        loop when one is found; set on the loop, each entry announced again."""
+
+        def found() -> None:
+            apply_names(list(self.registry.entries.values()), names, self.registry.events.attached)
+
+        def notify() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody to tell
+                loop.call_soon_threadsafe(found)
+
+        names = ContainerNames(self.config.containers_root or None, notify)
+        self.registry.container_names = names
+
     def _stack_state(self, w: Watched, message: str | None) -> None:
         self.server.stack_state(w, message)
         self.recorder.stack_state(w, message)
@@ -148,6 +163,7 @@ class Agent:
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         """Serve until ``stop`` is set; the socket file is removed on the way out."""
         raise_fd_limit()
+        self._name_containers(asyncio.get_running_loop())
         await self.metrics.start()  # bound before the socket: "listening on" means both are
         try:
             await self.server.start()
@@ -201,6 +217,7 @@ class Agent:
             await self.hooks.close()
             self.alerts.close()
             self.registry.close()
+            self.registry.container_names.close()
             self.gpu.close()
             if self.state is not None:
                 self.state.close()

@@ -28,6 +28,19 @@ class GpuUse:
 
 @wire
 @dataclass(frozen=True, slots=True)
+class Container:
+    """The container a process runs in (v1.7), from its cgroup path and the engine's files."""
+
+    #: "docker", "podman", "containerd", "cri-o" or "kubernetes" (a pod's container).
+    runtime: str
+    #: The engine's container ID (64 hex digits).
+    id: str
+    #: Docker's or Podman's name, a pod's "namespace/pod/container"; nil: not known (yet).
+    name: str | None = None
+
+
+@wire
+@dataclass(frozen=True, slots=True)
 class ProcessInfo:
     """Everything known about one watched process, as listed by ``memagent ls``."""
 
@@ -62,6 +75,11 @@ class ProcessInfo:
     gpus: list[GpuUse] = field(default_factory=list)
     #: v1.2: where reading its Python stack stands (see ``StackOk.state``); nil until tried.
     stack_state: str | None = None
+    #: v1.7: its memory cgroup's path as /proc/PID/cgroup shows it; its systemd unit; its
+    #: container. nil: not known (an older agent, no cgroup), not in a unit, not in one.
+    cgroup: str | None = None
+    unit: str | None = None
+    container: Container | None = None
 
 
 @wire

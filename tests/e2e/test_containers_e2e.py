@@ -1,0 +1,129 @@
+"""Who is who, end to end: real processes moved into real cgroups made by the test in the
+shapes container engines use, a real daemon whose ``[containers] root`` is a fixture tree
+laid out as the engine's files; no container runtime."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Daemon, Target, memagent_cli
+
+from memagent.proc.cgroup_identity import cgroup_path
+from memagent.proc.parse import parse_memory_cgroup
+from memproto.frames import Attached
+
+ID = "3f1c5e2a9b7d4c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5a6"
+POD = "0f2e4c6a-8b1d-4e3f-9a7c-5d6e7f8a9b0c"
+MakeCgroup = Callable[[str], tuple[Path, str]]
+
+
+def _memory_root() -> Path | None:
+    """Where memory cgroups are made: the v1 memory hierarchy, else the v2 unified tree."""
+    v1 = Path("/sys/fs/cgroup/memory")
+    if v1.is_dir() and (v1 / "cgroup.procs").exists():
+        return v1
+    v2 = Path("/sys/fs/cgroup")
+    return v2 if (v2 / "cgroup.controllers").exists() else None
+
+
+@pytest.fixture
+def make_cgroup() -> Iterator[MakeCgroup]:
+    """Make a cgroup at a path relative to a top of our own; its directory and the path
+    as /proc/PID/cgroup will show it. Removed (deepest first) at the end."""
+    root = _memory_root()
+    if os.geteuid() != 0 or root is None:
+        pytest.skip("needs root and a memory cgroup hierarchy to make cgroups in")
+    top = f"memagent-test-{os.getpid()}"
+    made: list[Path] = []
+
+    def make(relative: str) -> tuple[Path, str]:
+        path = root / top / relative
+        try:
+            path.mkdir(parents=True)
+        except OSError as exc:
+            pytest.skip(f"cannot make a cgroup here: {exc}")
+        made.append(path)
+        return path, f"/{top}/{relative}"
+
+    yield make
+    for path in made:
+        for pid in (path / "cgroup.procs").read_text().split():  # targets still alive: out first
+            with contextlib.suppress(OSError):
+                (root / "cgroup.procs").write_text(pid)
+        while path != root:
+            for _ in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # a process is leaving it
+                    time.sleep(0.1)
+            path = path.parent
+
+
+def put(root: Path, relative: str, content: object) -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(content))
+
+
+def daemon_over(start_daemon: Callable[..., Daemon], tmp_path: Path, root: Path) -> Daemon:
+    cfg = tmp_path / "memagent.toml"
+    cfg.write_text(f'[containers]\nroot = "{root}"\n')
+    return start_daemon("--config", str(cfg), "--interval", "0.1", "--no-netlink")
+
+
+def ls(d: Daemon) -> dict[int, dict[str, object]]:
+    r = memagent_cli("ls", "--json", "--socket", d.socket)
+    assert r.returncode == 0, r
+    return {p["pid"]: p for p in json.loads(r.stdout)}
+
+
+def test_a_docker_container_is_named_in_ls_and_in_an_attached_event(
+    start_daemon: Callable[..., Daemon], make_target: Callable[..., Target], make_cgroup: MakeCgroup, tmp_path: Path
+) -> None:
+    group, path = make_cgroup(f"system.slice/docker-{ID}.scope")
+    root = tmp_path / "root"
+    put(root, f"var/lib/docker/containers/{ID}/config.v2.json", {"ID": ID, "Name": "/llm-server"})
+    d = daemon_over(start_daemon, tmp_path, root)
+    t = make_target()
+    (group / "cgroup.procs").write_text(str(t.pid))
+    with d.client() as c:
+        c.subscribe()
+        first = c.attach([t.pid]).attached[0]
+        assert (first.cgroup, first.unit) == (path, f"docker-{ID}.scope")
+        assert first.container is not None and (first.container.runtime, first.container.id) == ("docker", ID)
+        # The name is read off the tick; once read, the process is announced again with it.
+        if first.container.name is None:
+            for frame in c.stream():
+                if isinstance(frame, Attached) and frame.process.pid == t.pid and frame.process.container:
+                    if frame.process.container.name is not None:
+                        break
+    got = ls(d)[t.pid]
+    assert got["cgroup"] == path and got["unit"] == f"docker-{ID}.scope"
+    assert got["container"] == {"runtime": "docker", "id": ID, "name": "llm-server"}
+    table = memagent_cli("ls", "--socket", d.socket).stdout
+    assert "CONTAINER" in table and "llm-server" in table
+
+
+def test_a_pod_container_without_its_engines_files_has_no_name_and_other_processes_no_container(
+    start_daemon: Callable[..., Daemon], make_target: Callable[..., Target], make_cgroup: MakeCgroup, tmp_path: Path
+) -> None:
+    group, path = make_cgroup(f"kubepods/burstable/pod{POD}/{ID}")
+    d = daemon_over(start_daemon, tmp_path, tmp_path / "empty")
+    boxed, plain = make_target(), make_target()
+    (group / "cgroup.procs").write_text(str(boxed.pid))
+    with d.client() as c:
+        c.attach([boxed.pid, plain.pid])
+    got = ls(d)
+    assert got[boxed.pid]["cgroup"] == path
+    assert got[boxed.pid]["container"] == {"runtime": "kubernetes", "id": ID, "name": None}
+    assert got[plain.pid]["container"] is None
+    assert got[plain.pid]["cgroup"] == cgroup_path(parse_memory_cgroup(Path(f"/proc/{plain.pid}/cgroup").read_bytes()))
