@@ -34,6 +34,7 @@ from .core.sampler import Sampler, Ticker
 from .core.stack_collector import StackCollector
 from .core.watched import Watched
 from .errors import ConfigError
+from .proc.nvmap import NVMAP_CLIENTS, NvmapSource
 from .proc.nvml import Nvml
 from .proc.procfs import ProcFS
 from .serve.access import AccessPolicy, resolve_group
@@ -78,7 +79,8 @@ class Agent:
         self.ticker = Ticker(config.interval, self.on_tick)
         self._scan_every = max(1, round(config.scan_interval / config.interval))
         self.stacks = StackCollector(config.stacks)
-        self.gpu = GpuSampler(self.registry, Nvml(), round(config.status_refresh / config.interval))
+        nvmap = None if config.nvmap_clients == "" else NvmapSource(config.nvmap_clients or NVMAP_CLIENTS)
+        self.gpu = GpuSampler(self.registry, Nvml(), round(config.status_refresh / config.interval), nvmap)
         a = config.alerts
         self.hooks = HookRunner(a.hook, a.hook_timeout, user=a.hook_user, min_interval=a.hook_min_interval,
                                 rate=a.hook_rate, burst=a.hook_burst)

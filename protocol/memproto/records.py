@@ -260,6 +260,10 @@ class DaemonStatus:
     recording_dir: str | None = None
     recording_bytes: int = 0
     recording_note: str | None = None
+    #: v1.7: where per-process GPU memory comes from: "nvml", "nvmap" (a Jetson's nvmap
+    #: debugfs) or "none"; and why that one, for humans.
+    gpu_source: str = "none"
+    gpu_source_note: str | None = None
 
 
 @wire

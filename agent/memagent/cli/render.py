@@ -65,6 +65,8 @@ def status_lines(status: DaemonStatus) -> list[str]:
           f"swap {human_bytes(h.swap_total_bytes - h.swap_free_bytes)} of {human_bytes(h.swap_total_bytes)}")
     if not status.gpu_available:
         lines.append(f"GPU memory: not available ({status.gpu_note or 'unknown reason'})")
+    lines.append(f"GPU source: {printable(status.gpu_source)}"
+                 + (f" ({printable(status.gpu_source_note)})" if status.gpu_source_note else ""))
     for g in status.gpus:
         state = "LOST" if g.lost else f"{human_bytes(g.used_bytes)} used of {human_bytes(g.total_bytes)}"
         lines.append(f"GPU {g.index}: {printable(g.name)} {printable(g.uuid)}: {state}")
