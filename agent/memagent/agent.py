@@ -27,6 +27,7 @@ from .config import RESTART_KEYS, AgentConfig, AlertConfig, changed_keys
 from .core.autoattach import Scanner
 from .core.containers import ContainerNames, apply_names
 from .core.gpu import GpuSampler
+from .core.groups import Groups
 from .core.process_events import ProcessEvents
 from .core.registry import Registry
 from .core.restore import restore
@@ -73,7 +74,8 @@ class Agent:
             max_exited=config.max_exited,
         )
         self.sampler = Sampler(self.registry, interval=config.interval, status_refresh=config.status_refresh)
-        self.scanner = Scanner(self.registry, config.auto, label=config.auto_label)
+        self.groups = Groups(self.registry)
+        self.scanner = Scanner(self.registry, config.auto, label=config.auto_label, groups=self.groups)
         self.process_events = ProcessEvents(self.registry, self.scanner)
         self.sampler.before_exit = self.process_events.drain
         self.ticker = Ticker(config.interval, self.on_tick)
@@ -87,7 +89,7 @@ class Agent:
         self.alerts = AlertEngine(self.registry, config.headroom, config.alerts, self.deliver_alert,
                                   self.stacks.peak_text)
         self.dispatcher = Dispatcher(self.registry, self.stacks, lambda access: self.report.build(access),
-                                     Pacer(self.ticker))
+                                     Pacer(self.ticker), self.groups)
         self.server = Server(
             config.socket,
             policy=AccessPolicy(resolve_group(config.admin_group, "admin_group"), self.procfs),
@@ -266,7 +268,8 @@ class Agent:
                     setattr(part, f.name, getattr(fresh, f.name))
         self.sampler.status_every = self.gpu.exact_every = max(1, round(c.status_refresh / c.interval))
         if "auto" in applied or "auto_label" in applied:  # a new scanner looks at every process again
-            self.scanner = self.process_events.scanner = Scanner(self.registry, c.auto, label=c.auto_label)
+            self.scanner = self.process_events.scanner = Scanner(self.registry, c.auto, label=c.auto_label,
+                                                                 groups=self.groups)
         self.stacks.bucket.rate = c.stacks.budget
         book = self.alerts.book
         book.hysteresis = c.alerts.hysteresis

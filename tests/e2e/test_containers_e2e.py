@@ -10,12 +10,14 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import Daemon, Target, memagent_cli
+from conftest import Daemon, Target, memagent_cli, poll
 
 from memagent.proc.cgroup_identity import cgroup_path
 from memagent.proc.parse import parse_memory_cgroup
+from memproto.client_side import RequestFailed
 from memproto.frames import Attached
 
 ID = "3f1c5e2a9b7d4c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5a6"
@@ -56,16 +58,16 @@ def make_cgroup() -> Iterator[MakeCgroup]:
         for pid in (path / "cgroup.procs").read_text().split():  # targets still alive: out first
             with contextlib.suppress(OSError):
                 (root / "cgroup.procs").write_text(pid)
-        while path != root:
-            for _ in range(50):
-                try:
-                    path.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # a process is leaving it
-                    time.sleep(0.1)
-            path = path.parent
+    dirs = {p for path in made for p in (path, *path.parents) if root in p.parents}
+    for path in sorted(dirs, key=lambda p: -len(p.parts)):  # deepest first: each is empty by then
+        for _ in range(50):
+            try:
+                path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # a process is still leaving it
+                time.sleep(0.1)
 
 
 def put(root: Path, relative: str, content: object) -> None:
@@ -127,3 +129,59 @@ def test_a_pod_container_without_its_engines_files_has_no_name_and_other_process
     assert got[boxed.pid]["container"] == {"runtime": "kubernetes", "id": ID, "name": None}
     assert got[plain.pid]["container"] is None
     assert got[plain.pid]["cgroup"] == cgroup_path(parse_memory_cgroup(Path(f"/proc/{plain.pid}/cgroup").read_bytes()))
+
+
+# --------------------------------------------------------------------------- attach by group
+
+
+def attach_cli(d: Daemon, *args: str) -> list[dict[str, Any]]:
+    r = memagent_cli("attach", "--json", "--socket", d.socket, *args)
+    assert r.returncode == 0, r
+    return list(json.loads(r.stdout))
+
+
+@pytest.mark.parametrize("how", ["cgroup", "unit", "container-name", "container-id"])
+def test_attach_a_group_now_and_the_processes_that_start_in_it_later(
+    start_daemon: Callable[..., Daemon], make_target: Callable[..., Target], make_cgroup: MakeCgroup, tmp_path: Path,
+    how: str,
+) -> None:
+    unit = f"docker-{ID}.scope"
+    group, path = make_cgroup(f"system.slice/{unit}")
+    root = tmp_path / "root"
+    put(root, f"var/lib/docker/containers/{ID}/config.v2.json", {"ID": ID, "Name": "/llm-server"})
+    d = daemon_over(start_daemon, tmp_path, root)
+    inside, outside = make_target(), make_target()
+    (group / "cgroup.procs").write_text(str(inside.pid))
+    flag = {"cgroup": ["--cgroup", path], "unit": ["--unit", unit], "container-name": ["--container", "llm-server"],
+            "container-id": ["--container", ID[:12]]}[how]
+    got = attach_cli(d, *flag, "--label", "models")
+    assert [(p["pid"], p["label"]) for p in got] == [(inside.pid, "models")]
+    # A process that starts in it later (the one inside forks) is attached by the scan.
+    (child,) = map(int, inside.do("fork"))
+    late = poll("the child attached", lambda: ls(d).get(child))
+    assert late["label"] == "models" and late["cgroup"] == path
+    assert outside.pid not in ls(d)
+
+
+def test_attach_by_a_cgroup_above_takes_the_groups_below(
+    start_daemon: Callable[..., Daemon], make_target: Callable[..., Target], make_cgroup: MakeCgroup, tmp_path: Path,
+) -> None:
+    a_group, a_path = make_cgroup(f"kubepods/burstable/pod{POD}/{ID}")
+    b_group, _ = make_cgroup(f"kubepods/burstable/pod{POD}/{'e' * 64}")
+    d = daemon_over(start_daemon, tmp_path, tmp_path / "empty")
+    a, b = make_target(), make_target()
+    (a_group / "cgroup.procs").write_text(str(a.pid))
+    (b_group / "cgroup.procs").write_text(str(b.pid))
+    pod = a_path.rsplit("/", 1)[0]
+    assert sorted(p["pid"] for p in attach_cli(d, "--cgroup", pod + "/")) == sorted([a.pid, b.pid])
+    assert attach_cli(d, "--container", "no-such-container") == []  # none now: a rule for later, not an error
+
+
+def test_attach_by_group_usage_errors(daemon: Daemon) -> None:
+    for args, message in ((["attach"], "give PIDs, --cgroup, --unit or --container"),
+                          (["attach", "--unit", "a.service", "--cgroup", "/x"], "not allowed with")):
+        r = memagent_cli(*args, "--socket", daemon.socket)
+        assert r.returncode == 2 and message in r.stderr, r
+    with daemon.client() as c:
+        with pytest.raises(RequestFailed, match="at most one"):
+            c.attach([], unit="")

@@ -65,6 +65,18 @@ class ContainerNames:
         self._queue.put(identity)
         return None
 
+    def resolve(self, identities: list[CgroupIdentity]) -> None:
+        """Read the names not known yet, now (blocking: call it from a thread, as the
+        attach of a container by name does)."""
+        for identity in identities:
+            cid = identity.container_id
+            if self.root is None or cid is None or identity.runtime is None or self.cached(cid) is not None:
+                continue
+            name = container_name(self.root, identity.runtime, identity.engine, cid)
+            with self._lock:
+                self._names[cid] = name
+                self._tried[cid] = time.monotonic()
+
     def cached(self, container_id: str) -> str | None:
         with self._lock:
             return self._names.get(container_id)
