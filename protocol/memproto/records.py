@@ -80,6 +80,8 @@ class ProcessInfo:
     cgroup: str | None = None
     unit: str | None = None
     container: Container | None = None
+    #: v1.7: its PID inside its own PID namespace (a container's), when that is nested.
+    ns_pid: int | None = None
 
 
 @wire

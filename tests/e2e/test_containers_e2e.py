@@ -7,6 +7,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -185,3 +188,38 @@ def test_attach_by_group_usage_errors(daemon: Daemon) -> None:
     with daemon.client() as c:
         with pytest.raises(RequestFailed, match="at most one"):
             c.attach([], unit="")
+
+
+@pytest.fixture
+def namespaced(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """A process that is PID 1 of a PID namespace of its own (``unshare --pid --fork``): its
+    host PID, and the unshare process holding it."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) for a PID namespace")
+    holder = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-c",
+                               "import time; time.sleep(120)"])
+    children = Path(f"/proc/{holder.pid}/task/{holder.pid}/children")
+    child = int(poll("the namespaced child", lambda: children.read_text().split()[:1] or None)[0])
+    yield child, holder
+    holder.kill()
+    holder.wait(10)
+
+
+def test_a_namespaced_pid_with_container_and_both_pids_in_ls(
+    start_daemon: Callable[..., Daemon], make_cgroup: MakeCgroup, tmp_path: Path,
+    namespaced: tuple[int, subprocess.Popen[bytes]],
+) -> None:
+    child, _ = namespaced
+    group, _ = make_cgroup(f"system.slice/docker-{ID}.scope")
+    (group / "cgroup.procs").write_text(str(child))
+    root = tmp_path / "root"
+    put(root, f"var/lib/docker/containers/{ID}/config.v2.json", {"ID": ID, "Name": "/web"})
+    d = daemon_over(start_daemon, tmp_path, root)
+    got = attach_cli(d, "--container", "web", "1")  # PID 1 as the container sees it
+    assert [(p["pid"], p["ns_pid"]) for p in got] == [(child, 1)]
+    r = memagent_cli("attach", "--json", "--socket", d.socket, "--container", "web", "7")
+    assert r.returncode == 1 and "no PID 7 in container web" in r.stdout, r
+    assert ls(d)[child]["ns_pid"] == 1
+    with d.client() as c:  # a process in the daemon's own namespace has none
+        c.attach([os.getpid()])
+    assert ls(d)[os.getpid()]["ns_pid"] is None

@@ -94,6 +94,11 @@ class Groups:
                 found.append(pid)
         return found
 
+    def host_pid(self, members: Iterable[int], ns_pid: int) -> int | None:
+        """The member whose PID inside its namespace is ``ns_pid`` (``attach --container web
+        1``: the container's PID 1), or None."""
+        return next((pid for pid in members if self.registry.procfs.ns_pid(pid) == ns_pid), None)
+
     def identities(self, pids: Iterable[int]) -> list[CgroupIdentity]:
         """The distinct containers of ``pids`` (to look their names up before matching)."""
         seen: dict[str, CgroupIdentity] = {}

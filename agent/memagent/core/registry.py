@@ -164,6 +164,7 @@ class Registry:
             w.follow_children = children
             w.follow_may_watch = may_watch if children else None
             w.memory_reader = facts.access.reader
+            w.ns_pid = facts.ns_pid
             w.cgroup = self.procfs.memory_cgroup(pid)
             w.oom_count = oom_kill_count(w.cgroup)
             identity = parse_cgroup_identity(w.cgroup_path)

@@ -78,6 +78,7 @@ class Watched:
         "memory_reader",
         "name",
         "next_read",
+        "ns_pid",
         "oom_count",
         "peak_since",
         "pid",
@@ -175,6 +176,8 @@ class Watched:
         self.identity = CgroupIdentity()
         self.unit: str | None = None
         self.container: Container | None = None
+        #: Its PID inside its own PID namespace when nested (a container), else None.
+        self.ns_pid: int | None = None
         #: Its cgroup's oom_kill counter when last read; the signal that ended it.
         self.oom_count: int | None = None
         self.exit_signal: int | None = None

@@ -83,6 +83,16 @@ def parse_status_uids(data: bytes) -> tuple[int, int, int, int]:
     return int(fields[0]), int(fields[1]), int(fields[2]), int(fields[3])
 
 
+def parse_status_nspid(data: bytes) -> int | None:
+    """The PID in the process's own PID namespace (the last of ``NSpid:``) when that is a
+    namespace nested in the reader's (the line has more than one PID); else None."""
+    i = data.find(b"\nNSpid:")
+    if i < 0:
+        return None
+    fields = data[i + 7 : data.find(b"\n", i + 1)].split()
+    return int(fields[-1]) if len(fields) > 1 else None
+
+
 def parse_status_groups(data: bytes) -> set[int]:
     """Supplementary groups plus the real GID, from ``Groups:`` and ``Gid:``."""
     groups: set[int] = set()

@@ -170,6 +170,17 @@ class Dispatcher:
         if len(selected) > 1 or any(not v for _, v in selected):
             return Error(req.id, ErrorCode.INVALID, "at most one of cgroup, unit, container, not empty")
         pace = self.pacer.start()
+        if req.container and req.pids:  # PIDs as the container sees them: those only, no rule
+            members = await self._members("container", req.container)
+
+            def inside(pid: int) -> list[Watched]:
+                host = self.groups.host_pid(members, pid)
+                if host is None:
+                    raise NoSuchProcess(pid, f"no PID {pid} in container {req.container}")
+                return one(host)
+
+            attached, failed = await _each_pid(req.pids, inside, pace)
+            return AttachOk(req.id, [w.info() for w in attached], failed)
         attached, failed = await _each_pid(req.pids, one, pace)
         if selected:
             attached += await self._attach_group(*selected[0], one, pace, GroupRule(
@@ -186,18 +197,23 @@ class Dispatcher:
         the containers' names), each the caller may watch; and the rule for later ones,
         kept first so that none starts unseen in between."""
         self.groups.add(rule)
-        everyone = self.registry.procfs.pids()
-        if kind == "container":
-            names = self.registry.container_names
-            await asyncio.to_thread(lambda: names.resolve(self.groups.identities(everyone)))
         found: list[Watched] = []
-        for pid in await asyncio.to_thread(self.groups.members, kind, value, everyone):
+        for pid in await self._members(kind, value):
             try:
                 found += one(pid)
             except MemagentError as exc:  # not the caller's, a kernel thread, or gone: not a failure
                 log.debug("attach %s %s: %d skipped: %s", kind, value, pid, exc)
             await pace.pause()
         return found
+
+    async def _members(self, kind: str, value: str) -> list[int]:
+        """The processes in the group now, found in a thread (a /proc file per process, and
+        for a container the names of the box's containers first)."""
+        everyone = self.registry.procfs.pids()
+        if kind == "container":
+            names = self.registry.container_names
+            await asyncio.to_thread(lambda: names.resolve(self.groups.identities(everyone)))
+        return await asyncio.to_thread(self.groups.members, kind, value, everyone)
 
     async def detach(self, session: ClientSession, req: Detach) -> DetachOk:
         may_watch = session.access.may_watch
