@@ -25,7 +25,9 @@ from .alerting.engine import AlertEngine
 from .alerting.hooks import HookRunner
 from .config import RESTART_KEYS, AgentConfig, AlertConfig, changed_keys
 from .core.autoattach import Scanner
+from .core.containers import ContainerNames, apply_names
 from .core.gpu import GpuSampler
+from .core.groups import Groups
 from .core.process_events import ProcessEvents
 from .core.registry import Registry
 from .core.restore import restore
@@ -33,6 +35,7 @@ from .core.sampler import Sampler, Ticker
 from .core.stack_collector import StackCollector
 from .core.watched import Watched
 from .errors import ConfigError
+from .proc.nvmap import NVMAP_CLIENTS, NvmapSource
 from .proc.nvml import Nvml
 from .proc.procfs import ProcFS
 from .serve.access import AccessPolicy, resolve_group
@@ -71,20 +74,22 @@ class Agent:
             max_exited=config.max_exited,
         )
         self.sampler = Sampler(self.registry, interval=config.interval, status_refresh=config.status_refresh)
-        self.scanner = Scanner(self.registry, config.auto, label=config.auto_label)
+        self.groups = Groups(self.registry)
+        self.scanner = Scanner(self.registry, config.auto, label=config.auto_label, groups=self.groups)
         self.process_events = ProcessEvents(self.registry, self.scanner)
         self.sampler.before_exit = self.process_events.drain
         self.ticker = Ticker(config.interval, self.on_tick)
         self._scan_every = max(1, round(config.scan_interval / config.interval))
         self.stacks = StackCollector(config.stacks)
-        self.gpu = GpuSampler(self.registry, Nvml(), round(config.status_refresh / config.interval))
+        nvmap = None if config.nvmap_clients == "" else NvmapSource(config.nvmap_clients or NVMAP_CLIENTS)
+        self.gpu = GpuSampler(self.registry, Nvml(), round(config.status_refresh / config.interval), nvmap)
         a = config.alerts
         self.hooks = HookRunner(a.hook, a.hook_timeout, user=a.hook_user, min_interval=a.hook_min_interval,
                                 rate=a.hook_rate, burst=a.hook_burst)
         self.alerts = AlertEngine(self.registry, config.headroom, config.alerts, self.deliver_alert,
                                   self.stacks.peak_text)
         self.dispatcher = Dispatcher(self.registry, self.stacks, lambda access: self.report.build(access),
-                                     Pacer(self.ticker))
+                                     Pacer(self.ticker), self.groups)
         self.server = Server(
             config.socket,
             policy=AccessPolicy(resolve_group(config.admin_group, "admin_group"), self.procfs),
@@ -112,6 +117,20 @@ class Agent:
         #: The Prometheus endpoint and textfile (docs/metrics.md); each off unless configured.
         self.metrics = MetricsExporter(config.metrics, SnapshotSource(config, self.registry, self.alerts, self.ticker,
                                                                       self.stacks), self.ticker)
+
+    def _name_containers(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Container names (memagent.core.containers), looked up in a thread that wakes the
+        loop when one is found; set on the loop, each entry announced again."""
+
+        def found() -> None:
+            apply_names(list(self.registry.entries.values()), names, self.registry.events.attached)
+
+        def notify() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody to tell
+                loop.call_soon_threadsafe(found)
+
+        names = ContainerNames(self.config.containers_root or None, notify)
+        self.registry.container_names = names
 
     def _stack_state(self, w: Watched, message: str | None) -> None:
         self.server.stack_state(w, message)
@@ -148,6 +167,7 @@ class Agent:
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         """Serve until ``stop`` is set; the socket file is removed on the way out."""
         raise_fd_limit()
+        self._name_containers(asyncio.get_running_loop())
         await self.metrics.start()  # bound before the socket: "listening on" means both are
         try:
             await self.server.start()
@@ -201,6 +221,7 @@ class Agent:
             await self.hooks.close()
             self.alerts.close()
             self.registry.close()
+            self.registry.container_names.close()
             self.gpu.close()
             if self.state is not None:
                 self.state.close()
@@ -247,7 +268,8 @@ class Agent:
                     setattr(part, f.name, getattr(fresh, f.name))
         self.sampler.status_every = self.gpu.exact_every = max(1, round(c.status_refresh / c.interval))
         if "auto" in applied or "auto_label" in applied:  # a new scanner looks at every process again
-            self.scanner = self.process_events.scanner = Scanner(self.registry, c.auto, label=c.auto_label)
+            self.scanner = self.process_events.scanner = Scanner(self.registry, c.auto, label=c.auto_label,
+                                                                 groups=self.groups)
         self.stacks.bucket.rate = c.stacks.budget
         book = self.alerts.book
         book.hysteresis = c.alerts.hysteresis

@@ -44,9 +44,8 @@ else:  # pragma: no cover - Python 3.10
 __all__ = [
     "DEFAULT_PATH", "MAX_FILE", "MAX_SIZE", "RESERVED_FOR_ADMINS", "RESTART_KEYS", "SCHEMA", "AgentConfig",
     "AlertConfig", "Check", "ConfigError", "ConfigSource", "HeadroomConfig", "MetricsConfig", "MiB", "RecordConfig",
-    "StackConfig",
-    "agent_config", "changed_keys", "check_of", "check_text", "default_path", "key_line", "load", "lookup_user",
-    "parse_size", "validate",
+    "StackConfig", "agent_config", "changed_keys", "check_of", "check_text", "default_path", "key_line", "load",
+    "lookup_user", "parse_size", "validate",
 ]
 
 DEFAULT_PATH = "/etc/memagent/memagent.toml"
@@ -164,6 +163,10 @@ class AgentConfig:
     #: Hear process events from the kernel over netlink (fork, exec, exit records) where
     #: the daemon may; false: poll /proc only (see memagent.core.process_events).
     netlink: bool = True
+    #: Where the container engines' files are (``/`` on a box; "": names off): docs/containers.md.
+    containers_root: str = "/"
+    #: Jetson's nvmap clients file (None: memagent.proc.nvmap's default; "": not read): docs/gpu.md.
+    nvmap_clients: str | None = None
     stacks: StackConfig = field(default_factory=StackConfig)
     headroom: HeadroomConfig = field(default_factory=HeadroomConfig)
     alerts: AlertConfig = field(default_factory=AlertConfig)
@@ -327,6 +330,7 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
         history_seconds=("history", "history"), status_refresh=("status_refresh", "status_refresh"),
         gpu=(None, "gpu.enabled"), netlink=(None, "events.netlink"), max_clients=(None, "clients.max"),
         max_clients_per_uid=(None, "clients.max_per_uid"), client_idle_timeout=(None, "clients.idle_timeout"),
+        containers_root=(None, "containers.root"), nvmap_clients=(None, "gpu.nvmap_clients"),
     ))
 
     state = given(state_dir=("state_dir", "state_dir")).get("state_dir", default_state_dir(socket))
@@ -347,12 +351,14 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
 #: history's length sizes each process's ring; NVML, the netlink sockets and py-spy are opened or found at start,
 #: and the flight recorder started or not (its sizes and retry period apply live).
 RESTART_KEYS = frozenset({"socket", "socket_group", "state_dir", "interval", "history", "gpu.enabled",
-                          "events.netlink", "stacks.enabled", "stacks.py_spy", "record.enabled", "metrics.listen"})
+                          "events.netlink", "stacks.enabled", "stacks.py_spy", "record.enabled", "metrics.listen",
+                          "containers.root", "gpu.nvmap_clients"})
 
 #: The file key of each :class:`AgentConfig` attribute whose name differs from it.
 _FILE_KEY = {
     "history_seconds": "history", "gpu": "gpu.enabled", "netlink": "events.netlink", "max_clients": "clients.max",
     "max_clients_per_uid": "clients.max_per_uid", "client_idle_timeout": "clients.idle_timeout",
+    "containers_root": "containers.root", "nvmap_clients": "gpu.nvmap_clients",
     "headroom.host_capacity": "host.capacity", "headroom.host_reserve": "host.reserve",
     "headroom.gpu_reserve": "gpu.reserve", "headroom.pss_refresh": "host.pss_refresh",
     "headroom.pss_drift": "host.pss_drift", "alerts.budgets": "budgets",

@@ -266,8 +266,9 @@ SCHEMA: dict[str, dict[str, Check] | Check] = {
     "status_refresh": Number(0.01, 600.0, SECONDS),
     "host": {"capacity": Size(MiB), "reserve": Size(), "pss_refresh": Number(1.0, DAY, SECONDS),
              "pss_drift": Size(MiB)},
-    "gpu": {"enabled": _bool, "reserve": Size()},
+    "gpu": {"enabled": _bool, "reserve": Size(), "nvmap_clients": _state_dir},
     "events": {"netlink": _bool},
+    "containers": {"root": _state_dir},
     "stacks": {"enabled": _bool, "budget": Number(0.01, 100.0, "per second"), "timeout": Number(0.1, 60.0, SECONDS),
                "py_spy": _name, "growth_threshold": Size(64 * KiB), "rotation": Number(1.0, DAY, SECONDS)},
     "alerts": {

@@ -72,6 +72,12 @@ class Attach(Frame):
     label: str | None = None
     #: Also watch the current descendants, and follow children forked later.
     children: bool = False
+    #: v1.7, at most one: also every process, now and later, whose memory cgroup is this
+    #: path or below it / whose systemd unit is this / in this container (name, or ID or
+    #: its first 12+ hex digits).
+    cgroup: str | None = None
+    unit: str | None = None
+    container: str | None = None
 
 
 @wire

@@ -28,6 +28,19 @@ class GpuUse:
 
 @wire
 @dataclass(frozen=True, slots=True)
+class Container:
+    """The container a process runs in (v1.7), from its cgroup path and the engine's files."""
+
+    #: "docker", "podman", "containerd", "cri-o" or "kubernetes" (a pod's container).
+    runtime: str
+    #: The engine's container ID (64 hex digits).
+    id: str
+    #: Docker's or Podman's name, a pod's "namespace/pod/container"; nil: not known (yet).
+    name: str | None = None
+
+
+@wire
+@dataclass(frozen=True, slots=True)
 class ProcessInfo:
     """Everything known about one watched process, as listed by ``memagent ls``."""
 
@@ -62,6 +75,13 @@ class ProcessInfo:
     gpus: list[GpuUse] = field(default_factory=list)
     #: v1.2: where reading its Python stack stands (see ``StackOk.state``); nil until tried.
     stack_state: str | None = None
+    #: v1.7: its memory cgroup's path as /proc/PID/cgroup shows it; its systemd unit; its
+    #: container. nil: not known (an older agent, no cgroup), not in a unit, not in one.
+    cgroup: str | None = None
+    unit: str | None = None
+    container: Container | None = None
+    #: v1.7: its PID inside its own PID namespace (a container's), when that is nested.
+    ns_pid: int | None = None
 
 
 @wire
@@ -242,6 +262,10 @@ class DaemonStatus:
     recording_dir: str | None = None
     recording_bytes: int = 0
     recording_note: str | None = None
+    #: v1.7: where per-process GPU memory comes from: "nvml", "nvmap" (a Jetson's nvmap
+    #: debugfs) or "none"; and why that one, for humans.
+    gpu_source: str = "none"
+    gpu_source_note: str | None = None
 
 
 @wire

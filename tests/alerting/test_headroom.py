@@ -109,3 +109,23 @@ def test_gpu_headroom(proc_tree: ProcTree, registry: Registry) -> None:
     other = DeviceReading(1, "NVIDIA A100", "GPU-b", total=40 * GiB, used=None, lost=False, accounting=False)
     view = gpu_headroom(other, [a, b], HeadroomConfig(gpu_reserve=0))
     assert (view.sum_peaks_bytes, view.unwatched_bytes, view.capacity_bytes) == (5 * GiB, 0, 40 * GiB)
+
+
+def test_on_unified_memory_gpu_peaks_count_in_the_host_headroom(proc_tree: ProcTree, registry: Registry) -> None:
+    """A Jetson (nvmap): what the GPU holds is RAM used by the watched processes, not
+    unwatched; their GPU peaks add to their RAM peaks against one capacity."""
+    a = watch(registry, proc_tree, 5001, 1 * GiB, peak=2 * GiB)
+    b = watch(registry, proc_tree, 5002, 512 * MiB, peak=512 * MiB)
+    a.set_vram([GpuUse(0, "nvmap", 3 * GiB)], {})  # peak 3 GiB, then 1 GiB now
+    a.set_vram([GpuUse(0, "nvmap", 1 * GiB)], {})
+    b.set_vram([], {})  # none
+    config = HeadroomConfig(host_reserve=0)
+    split = host_headroom(HostInputs(32 * GiB, 24 * GiB, None), [a, b], config)
+    unified = host_headroom(HostInputs(32 * GiB, 24 * GiB, None, unified=True), [a, b], config)
+    assert split.sum_peaks_bytes == 2 * GiB + 512 * MiB
+    assert unified.sum_peaks_bytes == 2 * GiB + 3 * GiB + 512 * MiB
+    # 8 GiB used: 1.5 GiB RSS watched; unified, a's 1 GiB on the GPU is watched too.
+    assert split.unwatched_bytes == 8 * GiB - 1536 * MiB
+    assert unified.unwatched_bytes == 8 * GiB - 2560 * MiB
+    assert unified.capacity_bytes == 32 * GiB - unified.unwatched_bytes
+    assert unified.top[0] == Contributor(5001, "worker-5001", 5 * GiB)

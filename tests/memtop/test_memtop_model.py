@@ -3,6 +3,8 @@ app's frame dispatch map (each frame type's effect on the model)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from memproto.frames import (
@@ -29,6 +31,7 @@ from memproto.records import (
     SAMPLE_COLUMNS,
     SAMPLE_FIELDS,
     Alert,
+    Container,
     DaemonStatus,
     Failure,
     HostMemory,
@@ -48,11 +51,12 @@ T0 = 1_800_000_000.0
 # ---------------------------------------------------------------------- filter
 
 ROW = ProcRow(4100, T0, "python3", "ResNet-train", ("python3", "train.py", "--epochs", "90"), 1000, True,
-              MiB, MiB, MiB, 0, True)
+              MiB, MiB, MiB, 0, True, container="edge/detector-7c9f/yolo", unit="cri-containerd-3f1c.scope")
 
 
-@pytest.mark.parametrize("needle", ["4100", "41", "PYTHON", "resnet", "Train", "--EPOCHS", "train.py --ep", ""])
-def test_filter_matches_pid_name_label_and_command_line(needle: str) -> None:
+@pytest.mark.parametrize("needle", ["4100", "41", "PYTHON", "resnet", "Train", "--EPOCHS", "train.py --ep", "",
+                                    "YOLO", "detector-7c9f", "cri-containerd"])
+def test_filter_matches_pid_name_label_command_line_container_and_unit(needle: str) -> None:
     assert ROW.matches(needle)
 
 
@@ -180,6 +184,17 @@ def test_attached_exited_and_detached(app: MemtopApp) -> None:
     assert not rows(app)[1].alive and rows(app)[1].peak == 500 * MiB
     assert app.apply_frame(Detached(2, T0 + 2))
     assert set(rows(app)) == {1, 3}
+
+
+def test_a_container_named_later_reaches_its_row(app: MemtopApp) -> None:
+    """The daemon announces a process again once its container's name is read (v1.7)."""
+    cid = "3f1c5e2a9b7d4c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5a6"
+    boxed = replace(info(1), cgroup=f"/system.slice/docker-{cid}.scope", unit=f"docker-{cid}.scope",
+                    container=Container("docker", cid, None))
+    assert app.apply_frame(Attached(boxed))
+    assert (rows(app)[1].container, rows(app)[1].unit) == ("3f1c5e2a9b7d", f"docker-{cid}.scope")
+    assert app.apply_frame(Attached(replace(boxed, container=Container("docker", cid, "llm-server"))))
+    assert rows(app)[1].container == "llm-server" and rows(app)[2].container is None
 
 
 def test_dropped_is_counted(app: MemtopApp) -> None:

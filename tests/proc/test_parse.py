@@ -27,6 +27,7 @@ from memagent.proc.parse import (
     parse_statm,
     parse_status_groups,
     parse_status_memory,
+    parse_status_nspid,
     parse_status_uid,
 )
 
@@ -263,3 +264,13 @@ def test_smaps_rollup_excess_and_shared_resident() -> None:
     assert parse_shared_excess(SMAPS_ROLLUP) == (210944 - 72201) * KiB
     assert parse_shared_resident(SMAPS_ROLLUP) == (4120 + 204800) * KiB
     assert parse_shared_resident(b"Rss: 10 kB\n") is None  # an old kernel's, or a truncated read
+
+
+@pytest.mark.parametrize(("status", "expected"), [
+    (b"Name:\tpython3\nNSpid:\t4242\nNSpgid:\t4242\n", None),  # the reader's own namespace
+    (b"Name:\tpython3\nNSpid:\t4242\t1\n", 1),  # PID 1 of a container
+    (b"Name:\tpython3\nNSpid:\t4242\t77\t5\n", 5),  # nested twice: the innermost
+    (b"Name:\tpython3\n", None),  # a kernel without NSpid (before 4.1)
+])
+def test_parse_status_nspid(status: bytes, expected: int | None) -> None:
+    assert parse_status_nspid(status) == expected

@@ -91,6 +91,9 @@ COLUMNS: tuple[Column, ...] = (
            sort_key=_by(lambda r: r.vram), descending=True, hotkey="V"),
     Column("vram_peak", "PK VRAM", 7, 3, lambda r: format_size(r.vram_peak),
            has_data=lambda r: r.vram_peak is not None, sort_key=_by(lambda r: r.vram_peak), descending=True),
+    Column("container", "CONTAINER", 14, 3, lambda r: r.container or "", align_right=False,
+           has_data=lambda r: r.container is not None, sort_key=lambda r: None if r.container is None else
+           (r.container.lower(), r.pid), hotkey="C"),
     Column("stack", "STACK", 8, 4, lambda r: r.stack_state or "", align_right=False,
            has_data=lambda r: bool(r.stack_state)),
     Column("swap", "SWAP", 6, 5, lambda r: format_size(r.swap)),

@@ -55,6 +55,9 @@ class ProcRow:
     vram: int | None = None
     vram_peak: int | None = None
     stack_state: str | None = None
+    #: v1.7: its container (the name, else the ID's first 12 digits) and systemd unit.
+    container: str | None = None
+    unit: str | None = None
 
     @property
     def key(self) -> Key:
@@ -71,6 +74,8 @@ class ProcRow:
             or needle in self.name.lower()
             or needle in (self.label or "").lower()
             or needle in " ".join(self.cmdline).lower()
+            or needle in (self.container or "").lower()
+            or needle in (self.unit or "").lower()
         )
 
 
@@ -221,11 +226,12 @@ class _Proc:
             self.peak_exact = m.rss_peak_exact
 
     def row(self, share: float) -> ProcRow:
-        p = self.info
+        p, c = self.info, self.info.container  # CONTAINER: the name, else the short ID Docker shows
         return ProcRow(
             p.pid, p.start_time, p.name, p.label, tuple(p.cmdline), p.uid, self.alive, self.rss, self.peak,
             self.anon, self.swap, self.peak_exact, self.growth.slope() if self.alive else None, share,
             self.vram, self.vram_peak, self.stack_state,
+            None if c is None else c.name or c.id[:12], p.unit,
         )
 
 

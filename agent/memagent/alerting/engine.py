@@ -87,8 +87,8 @@ class AlertEngine:
         self._state, self._devices, self._next_full = state, devices, now + 1.0
         watched = list(self.registry.entries.values())
         mem = self.procfs.meminfo()
-        host = host_headroom(HostInputs(mem.get("MemTotal", 0), mem.get("MemAvailable", 0), self._cgroup_limit),
-                             watched, self.headroom_config)
+        host = host_headroom(HostInputs(mem.get("MemTotal", 0), mem.get("MemAvailable", 0), self._cgroup_limit,
+                                        unified=any(d.unified for d in devices)), watched, self.headroom_config)
         self.sharing.on_unwatched(now, host.unwatched_bytes)
         views = [host]
         gpu_views = [gpu_headroom(d, watched, self.headroom_config) for d in devices if not d.lost and d.total]

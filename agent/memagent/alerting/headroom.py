@@ -15,6 +15,11 @@ process, while memory a process grows later (its own) counts in full. See
 GPU: ``capacity = total - reserve - (used - what watched processes use there now)``;
 Σ peaks sums the watched processes' peaks on that GPU.
 
+Unified memory (a Jetson read through nvmap, ``HostInputs.unified``): RAM and GPU memory
+are one pool, so there is no GPU headroom; the host's counts each process's GPU memory
+with its RSS, peak with peak (``vram_peak``) and now with now (``vram``): what the GPU
+holds is then the watched processes' own, not "unwatched". See docs/gpu.md, "Jetson".
+
 Pure: every input is passed in (the engine reads /proc, cgroups and NVML through
 :mod:`memagent.proc`), so each function is tested on plain values.
 """
@@ -38,6 +43,8 @@ class HostInputs:
     total: int
     available: int
     cgroup_limit: int | None
+    #: The GPU's memory is this RAM (see the module's docstring).
+    unified: bool = False
 
 
 def host_memory(meminfo: Mapping[str, int]) -> HostMemory:
@@ -60,11 +67,12 @@ def budgeted(watched: Iterable[Watched], label: str) -> list[Watched]:
 
 
 def host_headroom(inputs: HostInputs, watched: list[Watched], config: HeadroomConfig) -> Headroom:
-    peaks = [(contribution(w), w) for w in watched]
+    gpu = inputs.unified
+    peaks = [(contribution(w) + ((w.vram_peak or 0) if gpu else 0), w) for w in watched]
     sum_peaks = sum(p for p, _ in peaks)
     limit = min(inputs.total, inputs.cgroup_limit) if inputs.cgroup_limit else inputs.total
     used = max(0, inputs.total - inputs.available)
-    watched_now = sum(max(0, w.rss - w.shared) for w in watched if w.alive)
+    watched_now = sum(max(0, w.rss - w.shared) + ((w.vram or 0) if gpu else 0) for w in watched if w.alive)
     unwatched = max(0, used - watched_now)
     if config.host_capacity is not None:
         capacity, reserve = config.host_capacity, 0

@@ -181,8 +181,9 @@ class Client:
 
     # ------------------------------------------------------------------ requests
 
-    def attach(self, pids: list[int], label: str | None = None, children: bool = False) -> AttachOk:
-        return self.request(Attach(self._id(), pids, label, children), AttachOk)
+    def attach(self, pids: list[int], label: str | None = None, children: bool = False, *,
+               cgroup: str | None = None, unit: str | None = None, container: str | None = None) -> AttachOk:
+        return self.request(Attach(self._id(), pids, label, children, cgroup, unit, container), AttachOk)
 
     def detach(self, pids: list[int], exited: bool = False) -> DetachOk:
         return self.request(Detach(self._id(), pids, exited), DetachOk)

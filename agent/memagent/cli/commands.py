@@ -32,8 +32,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
     problem = None if args.label is None else label_problem(args.label)
     if problem is not None:
         raise UsageError("memagent attach", f"--label: {problem}")
+    if not args.pids and not (args.cgroup or args.unit or args.container):
+        raise UsageError("memagent attach", "give PIDs, --cgroup, --unit or --container")
     with _connect(args) as c:
-        reply = c.attach(args.pids, args.label, args.children)
+        reply = c.attach(args.pids, args.label, args.children, cgroup=args.cgroup, unit=args.unit,
+                         container=args.container)
     return results(args.json, "attached", [process_json(p) for p in reply.attached],
                    [f"attached {p.pid} ({printable(p.label or p.name)})" for p in reply.attached], reply.failed)
 

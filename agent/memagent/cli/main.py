@@ -125,9 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("-v", "--verbose", action="store_true")
 
     a = sub.add_parser("attach", parents=client, help="start watching processes")
-    a.add_argument("pids", nargs="+", type=_pid, metavar="PID")
+    a.add_argument("pids", nargs="*", type=_pid, metavar="PID")
     a.add_argument("--label", metavar="NAME")
     a.add_argument("--children", action="store_true", help="also descendants, now and later")
+    group = a.add_mutually_exclusive_group()
+    group.add_argument("--cgroup", metavar="PATH", help="also every process in this memory cgroup (as /proc/PID/cgroup "
+                       "shows it) or below, now and later")
+    group.add_argument("--unit", metavar="NAME", help="also every process of this systemd unit, now and later")
+    group.add_argument("--container", metavar="NAME|ID", help="also every process of this container, now and later "
+                       "(docs/containers.md)")
 
     dt = sub.add_parser("detach", parents=client, help="stop watching processes")
     dt.add_argument("pids", nargs="*", type=_pid, metavar="PID")

@@ -21,10 +21,18 @@ def process_json(p: ProcessInfo) -> dict[str, Any]:
     return to_wire(p)  # type: ignore[no-any-return]
 
 
+def container_text(p: ProcessInfo) -> str:
+    """A process's container for people: its name, else the short ID (as Docker shows it)."""
+    c = p.container
+    return "-" if c is None else c.name or c.id[:12]
+
+
 def format_table(processes: list[ProcessInfo]) -> str:
     gpu = any(p.vram_bytes is not None or p.vram_peak_bytes is not None or p.gpus for p in processes)
     vram_title = f" {'VRAM':>10} {'VPEAK':>10}" if gpu else ""
-    header = (f"{'PID':>7}  {'NAME':<20} {'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}{vram_title}  "
+    boxed = any(p.container is not None for p in processes)
+    box_title = f"{'CONTAINER':<20} " if boxed else ""
+    header = (f"{'PID':>7}  {'NAME':<20} {box_title}{'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}{vram_title}  "
               f"{'STATE':<6} COMMAND")
     lines = [header]
     for p in sorted(processes, key=lambda p: p.rss_peak_bytes, reverse=True):
@@ -36,8 +44,9 @@ def format_table(processes: list[ProcessInfo]) -> str:
         if gpu:
             vpeak = human_bytes(p.vram_peak_bytes) + ("" if p.vram_peak_exact or p.vram_peak_bytes is None else "~")
             vram = f" {human_bytes(p.vram_bytes):>10} {vpeak:>10}"
+        box = f"{printable(container_text(p))[:20]:<20} " if boxed else ""
         lines.append(
-            f"{p.pid:>7}  {name[:20]:<20} {human_bytes(p.rss_bytes):>10} {peak:>10} "
+            f"{p.pid:>7}  {name[:20]:<20} {box}{human_bytes(p.rss_bytes):>10} {peak:>10} "
             f"{human_bytes(p.anon_bytes):>10} {human_bytes(p.swap_bytes):>9}{vram}  {state:<6} {cmd}"
         )
     return "\n".join(lines)
@@ -56,6 +65,8 @@ def status_lines(status: DaemonStatus) -> list[str]:
           f"swap {human_bytes(h.swap_total_bytes - h.swap_free_bytes)} of {human_bytes(h.swap_total_bytes)}")
     if not status.gpu_available:
         lines.append(f"GPU memory: not available ({status.gpu_note or 'unknown reason'})")
+    lines.append(f"GPU source: {printable(status.gpu_source)}"
+                 + (f" ({printable(status.gpu_source_note)})" if status.gpu_source_note else ""))
     for g in status.gpus:
         state = "LOST" if g.lost else f"{human_bytes(g.used_bytes)} used of {human_bytes(g.total_bytes)}"
         lines.append(f"GPU {g.index}: {printable(g.name)} {printable(g.uuid)}: {state}")

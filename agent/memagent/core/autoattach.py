@@ -9,6 +9,9 @@ Matched names: the kernel's ``comm`` and the basename of ``/proc/PID/exe`` (fnma
 case-sensitive). The agent's own process and the memagent/memtop tools are never
 auto-attached.
 
+Processes that start in a cgroup, unit or container named by ``attach --cgroup/--unit/
+--container`` are attached by the rules of :mod:`memagent.core.groups`, here too.
+
 Where the kernel's process events are heard (:mod:`memagent.core.process_events`), a
 followed process's child is attached at its fork (:meth:`Scanner.adopt`) and a match at
 its exec (:meth:`Scanner.on_exec`); the scan still runs, for what they missed.
@@ -23,6 +26,7 @@ from collections.abc import Sequence
 
 from ..errors import MemagentError
 from ..proc.procfs import ProcFS
+from .groups import Groups
 from .registry import MayWatch, Registry, anyone
 from .watched import Watched
 
@@ -41,8 +45,10 @@ class Scanner:
         *,
         may_watch: MayWatch = anyone,
         label: str | None = None,
+        groups: Groups | None = None,
     ) -> None:
         self.registry = registry
+        self.groups = groups or Groups(registry)
         self.procfs: ProcFS = registry.procfs
         self.patterns = list(patterns)
         self.may_watch = may_watch
@@ -87,7 +93,7 @@ class Scanner:
     def scan(self) -> int:
         """Look at new PIDs; returns how many were attached."""
         followers = {w.pid: w for w in self.registry.alive if w.follow_children}
-        if not self.patterns and not followers:
+        if not self.patterns and not followers and not self.groups.rules:
             return 0
         current = set(self.procfs.pids())
         new = (current - self._seen) | (self._recheck.keys() & current)
@@ -103,7 +109,9 @@ class Scanner:
                 self._recheck.pop(pid, None)
                 continue
             parent = followers.get(stat.ppid)
-            if parent is None and not (self.patterns and self.matches(pid, stat.comm)):
+            auto = parent is None and bool(self.patterns) and self.matches(pid, stat.comm)
+            rule = self.groups.rule_for(pid) if parent is None and not auto and pid != self._own_pid else None
+            if parent is None and not auto and rule is None:
                 left = self._recheck.get(pid, RECHECK_SCANS + 1) - 1
                 if left > 0:
                     self._recheck[pid] = left
@@ -114,6 +122,9 @@ class Scanner:
             try:
                 if parent is not None:
                     self.adopt(pid, parent)
+                elif rule is not None:
+                    for w in self.registry.attach(pid, label=rule.label, may_watch=rule.may_watch):
+                        w.label_trusted = rule.trusted
                 else:
                     self.registry.attach(pid, label=self.label, may_watch=self.may_watch)
                 attached += 1

@@ -15,9 +15,11 @@ from memproto.series import PeakSeries
 from memproto.text import printable
 
 from ..errors import AccessDenied, MemagentError, NoSuchProcess
+from ..proc.cgroup_identity import parse_cgroup_identity
 from ..proc.cgroups import oom_kill_count
 from ..proc.lifecycle import GoneHandle, reaped
 from ..proc.procfs import ProcFS
+from .containers import ContainerNames
 from .watched import Watched
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,8 @@ class Registry:
         #: Bumped on every change the saved state holds (memagent.serve.state): the set, as
         #: :attr:`version`, and a label, children-following or a peak window changed.
         self.edits = 0
+        #: Container names (memagent.core.containers); the agent gives it its root.
+        self.container_names = ContainerNames(None)
 
     # ----------------------------------------------------------------- queries
 
@@ -160,8 +164,11 @@ class Registry:
             w.follow_children = children
             w.follow_may_watch = may_watch if children else None
             w.memory_reader = facts.access.reader
+            w.ns_pid = facts.ns_pid
             w.cgroup = self.procfs.memory_cgroup(pid)
             w.oom_count = oom_kill_count(w.cgroup)
+            identity = parse_cgroup_identity(w.cgroup_path)
+            w.set_identity(identity, self.container_names.lookup(identity))
         except BaseException:
             handle.close()
             raise

@@ -27,9 +27,10 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
-from memproto.records import SAMPLE_COLUMNS, GpuUse, ProcessInfo, ProcessRef
+from memproto.records import SAMPLE_COLUMNS, Container, GpuUse, ProcessInfo, ProcessRef
 from memproto.series import PeakSeries
 
+from ..proc.cgroup_identity import CgroupIdentity, cgroup_path
 from ..proc.procfs import PAGE_SIZE, ProcessHandle
 
 #: The wire's field names (:class:`memproto.records.ProcessInfo` and the sample row,
@@ -44,6 +45,7 @@ ATTRIBUTE_OF = {
     "vram_bytes": "vram",
     "vram_peak_bytes": "vram_peak",
     "gpus": "vram_gpus",
+    "cgroup": "cgroup_path",
 }
 #: The sample-frame row of a process, in :data:`memproto.records.SAMPLE_COLUMNS` order.
 _row_of = attrgetter(*(ATTRIBUTE_OF.get(column, column) for column in SAMPLE_COLUMNS))
@@ -59,6 +61,7 @@ class Watched:
         "attached_at",
         "cgroup",
         "cmdline",
+        "container",
         "exit_hwm",
         "exit_signal",
         "exited_at",
@@ -68,12 +71,14 @@ class Watched:
         "history",
         "hwm",
         "hwm_at_reset",
+        "identity",
         "label",
         "label_trusted",
         "last_statm",
         "memory_reader",
         "name",
         "next_read",
+        "ns_pid",
         "oom_count",
         "peak_since",
         "pid",
@@ -93,6 +98,7 @@ class Watched:
         "status_fd",
         "swap",
         "uid",
+        "unit",
         "vram",
         "vram_gpus",
         "vram_peaks",
@@ -165,6 +171,13 @@ class Watched:
         self.shared_resident = 0
         #: Its memory cgroup (for the cgroup limit and the OOM-kill counter), or None.
         self.cgroup: str | None = None
+        #: What its cgroup path says (memagent.proc.cgroup_identity): its unit, its
+        #: container (whose name may come later: memagent.core.containers).
+        self.identity = CgroupIdentity()
+        self.unit: str | None = None
+        self.container: Container | None = None
+        #: Its PID inside its own PID namespace when nested (a container), else None.
+        self.ns_pid: int | None = None
         #: Its cgroup's oom_kill counter when last read; the signal that ended it.
         self.oom_count: int | None = None
         self.exit_signal: int | None = None
@@ -182,6 +195,18 @@ class Watched:
     def key(self) -> tuple[int, int]:
         """Identity: PID and start time in clock ticks after boot."""
         return (self.pid, self.starttime)
+
+    @property
+    def cgroup_path(self) -> str | None:
+        """The wire's ``cgroup``: the path as /proc/PID/cgroup shows it."""
+        return cgroup_path(self.cgroup)
+
+    def set_identity(self, identity: CgroupIdentity, name: str | None) -> None:
+        """Its unit and container, from its cgroup path; ``name``: the container's, if known."""
+        self.identity = identity
+        self.unit = identity.unit
+        runtime, cid = identity.runtime, identity.container_id
+        self.container = None if runtime is None or cid is None else Container(runtime, cid, name)
 
     @property
     def peak_exact(self) -> bool:

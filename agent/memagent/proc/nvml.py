@@ -43,6 +43,9 @@ class DeviceReading:
     used: int | None
     lost: bool
     accounting: bool
+    #: Its memory is the host's RAM (a Jetson's, read through nvmap): counted in the host's
+    #: headroom, no headroom of its own (memagent.alerting.headroom).
+    unified: bool = False
 
 
 @dataclass(frozen=True, slots=True)

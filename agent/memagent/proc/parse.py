@@ -83,6 +83,16 @@ def parse_status_uids(data: bytes) -> tuple[int, int, int, int]:
     return int(fields[0]), int(fields[1]), int(fields[2]), int(fields[3])
 
 
+def parse_status_nspid(data: bytes) -> int | None:
+    """The PID in the process's own PID namespace (the last of ``NSpid:``) when that is a
+    namespace nested in the reader's (the line has more than one PID); else None."""
+    i = data.find(b"\nNSpid:")
+    if i < 0:
+        return None
+    fields = data[i + 7 : data.find(b"\n", i + 1)].split()
+    return int(fields[-1]) if len(fields) > 1 else None
+
+
 def parse_status_groups(data: bytes) -> set[int]:
     """Supplementary groups plus the real GID, from ``Groups:`` and ``Gid:``."""
     groups: set[int] = set()
@@ -247,3 +257,45 @@ def parse_cgroup_limit(text: bytes) -> int | None:
         return None
     value = int(text)
     return None if value >= 1 << 60 else value  # v1's "unlimited" is a huge number
+
+
+_NVMAP_UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _nvmap_size(token: str) -> int:
+    """``123456K`` (the kernel prints KiB with a ``K``), also plain bytes, ``M``, ``G``."""
+    digits, unit = (token[:-1], token[-1]) if token[-1:].isalpha() else (token, "")
+    if not digits.isdigit() or unit.upper() not in _NVMAP_UNIT:
+        raise ValueError(f"not a size: {token!r}")
+    return int(digits) * _NVMAP_UNIT[unit.upper()]
+
+
+def parse_nvmap_clients(data: bytes) -> tuple[dict[int, int], int | None, int]:
+    """Jetson's nvmap clients file (debugfs ``nvmap/iovmm/clients``, nvgpu driver): GPU
+    memory per PID in bytes (a process with several clients: their sum), the ``total``
+    row's bytes (None: no such row), and how many rows did not parse (skipped).
+
+    ``CLIENT PROCESS PID SIZE`` then one row per client, ``total`` last. Read from the
+    right: a process name (``comm``) may hold spaces, the size and PID are the last two
+    fields. ValueError when the header is missing: not this file.
+    """
+    lines = data.decode("utf-8", "replace").splitlines()
+    header = next((i for i, line in enumerate(lines) if line.split()[:1] == ["CLIENT"]), None)
+    if header is None or lines[header].split()[-2:] != ["PID", "SIZE"]:
+        raise ValueError("no CLIENT PROCESS PID SIZE header")
+    usage: dict[int, int] = {}
+    total: int | None = None
+    skipped = 0
+    for line in lines[header + 1:]:
+        fields = line.split()
+        try:
+            if fields[:1] == ["total"]:
+                total = _nvmap_size(fields[-1])
+            elif fields and len(fields) >= 3 and fields[-2].isdigit() and int(fields[-2]) > 0:
+                pid = int(fields[-2])
+                usage[pid] = usage.get(pid, 0) + _nvmap_size(fields[-1])
+            elif fields:
+                skipped += 1
+        except ValueError:
+            skipped += 1
+    return usage, total, skipped

@@ -43,6 +43,7 @@ from .parse import (
     parse_statm,
     parse_status_groups,
     parse_status_memory,
+    parse_status_nspid,
     parse_status_uid,
     parse_status_uids,
 )
@@ -114,6 +115,8 @@ class ProcessFacts:
     statm: Statm
     memory: StatusMemory
     access: MemoryAccess
+    #: The PID inside its own PID namespace when nested (a container), else None.
+    ns_pid: int | None = None
 
 
 class ProcFS:
@@ -212,6 +215,13 @@ class ProcFS:
         except OSError:
             return None
 
+    def ns_pid(self, pid: int) -> int | None:
+        """``pid``'s PID inside its own PID namespace when nested, else (or unreadable) None."""
+        try:
+            return parse_status_nspid(self.read(pid, "status"))
+        except (OSError, ValueError):
+            return None
+
     def memory_cgroup(self, pid: int) -> str | None:
         """The memory cgroup of ``pid`` (see :func:`~memagent.proc.parse.parse_memory_cgroup`)."""
         try:
@@ -289,7 +299,7 @@ class ProcessHandle:
             access = MemoryAccess(parse_status_uids(status), self._file_owner())
             return ProcessFacts(parse_status_uid(status), parse_stat(self._read_at("stat")),
                                 parse_cmdline(self._read_at("cmdline")), parse_statm(self.statm_bytes()),
-                                parse_status_memory(status), access)
+                                parse_status_memory(status), access, parse_status_nspid(status))
 
     def memory_access(self) -> MemoryAccess:
         """Who may read this process's memory now (see :class:`MemoryAccess`)."""

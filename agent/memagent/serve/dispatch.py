@@ -40,6 +40,7 @@ from memproto.records import DaemonStatus, Failure, ProcessInfo, ProcessRef, Ser
 from memproto.text import label_problem
 from memproto.vocabulary import ErrorCode, StackState
 
+from ..core.groups import KINDS, GroupRule, Groups
 from ..core.registry import Registry
 from ..core.stack_collector import StackCollector
 from ..core.watched import Watched
@@ -119,8 +120,10 @@ class Dispatcher:
     turn between units of work through ``pacer`` (:mod:`.pacing`)."""
 
     def __init__(self, registry: Registry, stacks: StackCollector, status: Callable[[Access], DaemonStatus],
-                 pacer: Pacer | None = None) -> None:
+                 pacer: Pacer | None = None, groups: Groups | None = None) -> None:
         self.registry = registry
+        #: The attach-by-group rules the scan applies to later processes (memagent.core.groups).
+        self.groups = groups or Groups(registry)
         self.stacks = stacks
         self.status_of = status
         self.pacer = pacer or Pacer()
@@ -162,13 +165,55 @@ class Dispatcher:
                     w.label_trusted = trusted
             return watched
 
+        given = (req.cgroup, req.unit, req.container)
+        selected = [(kind, v) for kind, v in zip(KINDS, given, strict=True) if v is not None]
+        if len(selected) > 1 or any(not v for _, v in selected):
+            return Error(req.id, ErrorCode.INVALID, "at most one of cgroup, unit, container, not empty")
         pace = self.pacer.start()
+        if req.container and req.pids:  # PIDs as the container sees them: those only, no rule
+            members = await self._members("container", req.container)
+
+            def inside(pid: int) -> list[Watched]:
+                host = self.groups.host_pid(members, pid)
+                if host is None:
+                    raise NoSuchProcess(pid, f"no PID {pid} in container {req.container}")
+                return one(host)
+
+            attached, failed = await _each_pid(req.pids, inside, pace)
+            return AttachOk(req.id, [w.info() for w in attached], failed)
         attached, failed = await _each_pid(req.pids, one, pace)
+        if selected:
+            attached += await self._attach_group(*selected[0], one, pace, GroupRule(
+                *selected[0], req.label, trusted, may_watch))
         infos = [w.info() for w in attached]
         if len(infos) < 200:
             return AttachOk(req.id, infos, failed)
         return await _encode_list(AttachOk.TYPE, {"id": req.id, "failed": failed}, "attached", infos, len(infos),
                                   pace, req.id)
+
+    async def _attach_group(self, kind: str, value: str, one: Callable[[int], list[Watched]], pace: Slice,
+                            rule: GroupRule) -> list[Watched]:
+        """Every process in the group now (read in a thread: a /proc file per process, and
+        the containers' names), each the caller may watch; and the rule for later ones,
+        kept first so that none starts unseen in between."""
+        self.groups.add(rule)
+        found: list[Watched] = []
+        for pid in await self._members(kind, value):
+            try:
+                found += one(pid)
+            except MemagentError as exc:  # not the caller's, a kernel thread, or gone: not a failure
+                log.debug("attach %s %s: %d skipped: %s", kind, value, pid, exc)
+            await pace.pause()
+        return found
+
+    async def _members(self, kind: str, value: str) -> list[int]:
+        """The processes in the group now, found in a thread (a /proc file per process, and
+        for a container the names of the box's containers first)."""
+        everyone = self.registry.procfs.pids()
+        if kind == "container":
+            names = self.registry.container_names
+            await asyncio.to_thread(lambda: names.resolve(self.groups.identities(everyone)))
+        return await asyncio.to_thread(self.groups.members, kind, value, everyone)
 
     async def detach(self, session: ClientSession, req: Detach) -> DetachOk:
         may_watch = session.access.may_watch

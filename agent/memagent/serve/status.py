@@ -87,6 +87,8 @@ class StatusReport:
             recording_dir=rec.path if rec and access.sees_all else None,
             recording_bytes=rec.total_bytes if rec else 0,
             recording_note=rec.note(access.sees_all) if rec else None,
+            gpu_source=self.gpu.source,
+            gpu_source_note=self.gpu.source_note,
         )
 
 
