@@ -16,6 +16,7 @@ any other OS error or unparsable content into :class:`~memagent.errors.CannotRea
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -45,6 +46,7 @@ from .parse import (
     parse_status_memory,
     parse_status_uid,
     parse_status_uids,
+    parse_thread_cpu,
 )
 from .sharing import SharingFacts, sharing_facts
 
@@ -346,6 +348,39 @@ class ProcessHandle:
             return b"".join(chunks)
         finally:
             os.close(fd)
+
+    def resident_bytes(self) -> int:
+        """RSS now, from statm: read around a stack dump, it tells whether memory rose meanwhile."""
+        with read_boundary(self.pid):
+            return parse_statm(self.statm_bytes()).resident * PAGE_SIZE
+
+    def thread_cpu(self) -> dict[int, int]:
+        """Each thread's CPU time so far (TID -> ns; gone threads left out): two readings tell
+        which threads ran in between. ``schedstat`` (ns), else ``stat``'s 10 ms ticks."""
+        with read_boundary(self.pid):
+            task = os.open("task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._dir)
+            try:
+                cpu = {}
+                for name in os.listdir(task):
+                    with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+                        cpu[int(name)] = self._thread_ns(task, name)
+                return cpu
+            finally:
+                os.close(task)
+
+    @staticmethod
+    def _thread_ns(task: int, tid: str) -> int:
+        try:
+            fd = os.open(f"{tid}/schedstat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=task)
+            ticks = False
+        except FileNotFoundError:  # a kernel without CONFIG_SCHED_INFO
+            fd = os.open(f"{tid}/stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=task)
+            ticks = True
+        try:
+            data = os.pread(fd, _READ_SIZE, 0)
+        finally:
+            os.close(fd)
+        return parse_thread_cpu(data) * (1_000_000_000 // CLOCK_TICKS) if ticks else int(data.split()[0])
 
     def alive(self) -> bool:
         """Whether the process is still there (a read through its descriptors works)."""
