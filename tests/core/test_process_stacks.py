@@ -3,7 +3,7 @@ threads that ran; the stack at peak is never one read after the rise."""
 
 from __future__ import annotations
 
-from memagent.core.process_stacks import RISE_MIN, ProcessStacks, learn, thread_weights
+from memagent.core.process_stacks import RISE_MIN, ProcessStacks, credited_frame, learn, thread_weights
 from memproto.records import StackDump, StackFrame, ThreadStack
 
 MiB = 1024 * 1024
@@ -78,3 +78,14 @@ def test_a_thread_that_runs_whether_memory_rises_or_not_gets_the_smaller_share()
     assert thread_weights([thread(MAIN, "grow"), thread(WORKER, "spin")], {MAIN: 0, WORKER: 1},
                           history).keys() == {WORKER * 10}
     assert len(thread_weights([thread(MAIN, "grow"), thread(WORKER, "spin")], None, {})) == 2
+
+
+def test_the_caller_of_a_library_is_credited_not_the_library() -> None:
+    numpy = "/venv/lib/python3.11/site-packages/numpy/_core/fromnumeric.py"
+    frames = [StackFrame("_wrapfunc", numpy, 57), StackFrame("cumsum", numpy, 2700),
+              StackFrame("grow", "/srv/app/load.py", 12), StackFrame("main", "/srv/app/load.py", 30)]
+    assert credited_frame(frames).name == "grow"
+    stdlib = [StackFrame("is_set", "/usr/lib/python3.11/threading.py", 570), StackFrame("spin", "/srv/app/x.py", 3)]
+    assert credited_frame(stdlib).name == "spin"
+    only = [StackFrame("_wrapfunc", numpy, 57)]
+    assert credited_frame(only).name == "_wrapfunc"

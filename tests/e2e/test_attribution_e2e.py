@@ -2,8 +2,8 @@
 scenarios of ``attribution_target.py``, where memory grows only in ``grow``.
 
 bench/stack_attribution.py measures the same with more steps and rounds (measured there:
-credit to ``grow`` 71-100 % per run, median 79-100 % per scenario; the stack at peak in
-``grow`` in 12 of 12 runs). The bounds here leave margin for a loaded CI box: at least
+credit to ``grow`` 79-100 % per run, median 84-100 % per scenario; the stack at peak in
+``grow`` in 18 of 18 runs; about half the growth credited). The bounds here leave margin for a loaded CI box: at least
 half the credit per scenario, the stack at peak in ``grow`` in at least 5 of 6.
 """
 
@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parent / "bench"))
 from stack_attribution import in_grow  # noqa: E402
 
 #: Fewer steps than the bench: the whole module stays under a minute.
-STEPS = {"single": 8, "spinner": 8, "compute": 8, "numpy": 8, "bursts": 3, "pool": 8}
+STEPS = {"single": 8, "spinner": 8, "compute": 8, "numpy": 8, "bursts": 4, "pool": 8}
 SHARE_MIN = 0.5
 in_grow_seen: dict[str, bool] = {}
 
@@ -77,7 +77,8 @@ def test_growth_is_credited_to_the_allocating_function(
     credited = sum(site.bytes for site in reply.by_function)
     grew = sum(site.bytes for site in reply.by_function
                if site.function == "grow" and site.filename.endswith("attribution_target.py"))
-    assert credited >= 10 * MiB, reply.by_function
+    # Some of it is credited (measured: about half; a loaded box samples less).
+    assert credited >= STEPS[name] * MiB, reply.by_function
     assert grew / credited >= SHARE_MIN, [(site.function, site.bytes // MiB) for site in reply.by_function]
     # Never more than grew: only growth seen while a stack was read is credited.
     assert credited <= STEPS[name] * 10 * MiB * 1.1

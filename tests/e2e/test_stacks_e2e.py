@@ -78,6 +78,9 @@ def test_the_allocating_function_is_in_the_stack_at_peak_and_tops_the_attributio
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["by_line"][0]["function"] == "hold_memory"
     assert {"latest", "at_peak", "by_line", "by_function", "state"} <= out.keys()
+    assert out["stack_at_peak_state"] == "ok" and out["at_peak"]["rss_rise"] > 0
+    text = memagent_cli("stack", "--socket", daemon.socket, str(t.pid), "--cached").stdout
+    assert "stack at peak" in text and "rising" in text
 
 
 def test_a_c_only_process_is_not_a_python_process(daemon: Daemon) -> None:

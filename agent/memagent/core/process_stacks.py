@@ -9,12 +9,13 @@ This is still correlation from sampling: see ``docs/stacks.md``.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from memproto.records import GrowthSite, StackDump, ThreadStack
+from memproto.records import GrowthSite, StackDump, StackFrame, ThreadStack
 from memproto.vocabulary import AtPeakState, StackTrigger
 
 MiB = 1024 * 1024
@@ -25,6 +26,8 @@ TRIGGER_NAMES = {DEMAND: StackTrigger.DEMAND, PEAK: StackTrigger.PEAK, GROWTH: S
                  ROTATION: StackTrigger.ROTATION, SAMPLING: StackTrigger.SAMPLING}
 MAX_SITES = 200
 MAX_THREADS = 256
+#: The standard library: ``.../lib/python3.11/x.py`` (not under site-packages).
+_STDLIB = re.compile(r"/lib/python\d+\.\d+/(?!(site|dist)-packages/)")
 #: A dump counts as read while memory rose when the RSS rose by this much meanwhile: a few
 #: pages come and go in any running interpreter; growth worth a stack is faster (10 MiB in
 #: 50 ms puts ~2.5 MiB into the ~13 ms a dump takes).
@@ -76,6 +79,18 @@ def learn(history: dict[int, list[int]], ran: dict[int, int] | None, rose: bool)
     if len(history) > MAX_THREADS:  # threads come and go: forget the least seen
         for tid in sorted((k for k in history if k != -1), key=lambda k: sum(history[k]))[:len(history) - MAX_THREADS]:
             del history[tid]
+
+
+def is_library(filename: str) -> bool:
+    """A frame of an installed package or of the standard library (not the program's code)."""
+    return "/site-packages/" in filename or "/dist-packages/" in filename or _STDLIB.search(filename) is not None
+
+
+def credited_frame(frames: list[StackFrame]) -> StackFrame:
+    """The frame a thread's share goes to: the innermost one of the program's own code, the
+    caller of the library (``np.cumsum`` runs in NumPy's ``_wrapfunc``; the line to change
+    is the one that called it); the innermost frame when every frame is a library's."""
+    return next((f for f in frames if not is_library(f.filename)), frames[0])
 
 
 class ProcessStacks:
@@ -183,9 +198,9 @@ class ProcessStacks:
             if not thread.active:  # its growth was made before it went to sleep, elsewhere
                 self.dropped += share
                 continue
-            # Credited to the innermost frame only: counting every frame on the stack would
-            # put <module> and main() on top of every table, since they are on every stack.
-            leaf = thread.frames[0]
+            # Credited to one frame only: counting every frame on the stack would put
+            # <module> and main() on top of every table, since they are on every stack.
+            leaf = credited_frame(thread.frames)
             _bump(self.by_line, (leaf.name, leaf.filename, leaf.line), share)
             _bump(self.by_function, (leaf.name, leaf.filename), share)
         return dump

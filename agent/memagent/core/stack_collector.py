@@ -43,13 +43,13 @@ Key = tuple[int, int]
 
 #: While a process grows, dumps in a row: for SAMPLING_WINDOW s after a tick saw it grow by
 #: SAMPLING_MIN or more, one dump after the other, all processes together at most
-#: SAMPLING_FACTOR x the stack budget a second (20/s at the default 4), from a bucket of
+#: SAMPLING_FACTOR x the stack budget a second (10/s at the default 4), from a bucket of
 #: their own, so that they never delay the budget's other dumps. Growth is credited only to
 #: stacks read while the RSS rose (``ProcessStacks``): the more dumps during growth, the
 #: more of it is credited, and to the code that was running.
 SAMPLING_WINDOW = 3.0
 SAMPLING_MIN = 1024 * 1024
-SAMPLING_FACTOR = 5.0
+SAMPLING_FACTOR = 2.5
 
 
 class StackCollector:
