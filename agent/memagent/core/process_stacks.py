@@ -42,9 +42,8 @@ def thread_weights(threads: list[ThreadStack], ran: dict[int, int] | None,
 
     ``ran``: CPU ns each thread (by kernel TID) used while the dump was read; None when
     unknown. Only threads that ran share (all Python threads when none ran or it is
-    unknown). Each is
-    weighted by how much more often memory rose in the windows it ran in than in all
-    windows (``history``: TID -> [rising windows it ran in, other windows it ran in];
+    unknown). Each is weighted by how much more often memory rose in the windows it ran
+    in than in all windows (``history``: TID -> [rising windows it ran in, other windows it ran in];
     key ``-1``: all windows; Laplace smoothed): a thread that runs all the time, rising
     or not (a spinner, a compute loop), runs no more often while memory rises than by
     chance, and gets little; one that runs only while memory grows gets the most.
@@ -98,12 +97,13 @@ class ProcessStacks:
 
     Memory readings come from the ticks (:meth:`on_tick`) and from just before and after
     each dump (:meth:`observe`); the positive steps between consecutive readings add up
-    to the *pending* growth. A dump read while the RSS rose (``rss_rise > 0``) takes the
-    pending growth, shared among the threads that ran (:func:`thread_weights`); a dump
-    read while it did not rise drops it (it was made by code no stack caught: charging it
-    to a later, idle stack is what misled before). The stack at peak is the latest dump
-    taken while memory rose, within the rise that reached the peak; ``at_peak_state`` is
-    ``missed`` when none was.
+    to the *pending* growth. A dump read while the RSS rose (``rss_rise >= RISE_MIN``)
+    takes the pending growth, shared among the threads that ran (:func:`thread_weights`),
+    each share credited if py-spy saw its thread active; a dump read while it did not
+    rise drops it (it was made by code no stack caught: charging it to a later, idle
+    stack is what misled before). The stack at peak is the latest such dump whose
+    attributed thread was active, within the rise that reached the peak;
+    ``at_peak_state`` is ``missed`` when there was none.
     """
 
     __slots__ = ("at_peak", "at_peak_state", "by_function", "by_line", "dropped", "history", "last_obs",

@@ -110,7 +110,10 @@ class StackCollector:
             ps = self.of(w)
             total = w.rss + (w.vram or 0)
             peak = w.peak + (w.vram_peak or 0)
+            kept = ps.at_peak
             delta = ps.on_tick(now, total)
+            if ps.at_peak is not None and ps.at_peak is not kept:  # a rise's stack became the peak's
+                self.on_peak_stack(w, ps.at_peak)
             if delta is None:
                 self._peaks[w.key] = peak
                 continue
