@@ -18,6 +18,8 @@ from fakes.fakenvml import FakeGpuState, nvml_env
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from memproto.version import PROTOCOL_MAJOR, PROTOCOL_MINOR
+
 MiB = 1024 * 1024
 #: A tick later than this means something held the daemon's loop (as in test_security_requests).
 ON_TIME = 0.25
@@ -80,7 +82,7 @@ def test_a_scrape_says_what_status_and_ls_say(start_daemon: Callable[..., Daemon
     assert "target_proc.py" not in body  # never the command line
     got = samples(body)
     assert got[key("memagent_headroom_warn_fraction")] == 0.9
-    assert got[key("memagent_build_info", version="0.1.0", protocol="1.6")] == 1
+    assert got[key("memagent_build_info", version="0.1.0", protocol=f"{PROTOCOL_MAJOR}.{PROTOCOL_MINOR}")] == 1
 
     status, ctype, body = scrape(port, accept="application/openmetrics-text; version=1.0.0")
     assert status == 200 and ctype.startswith("application/openmetrics-text; version=1.0.0")
