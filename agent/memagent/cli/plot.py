@@ -21,7 +21,7 @@ from memproto.units import format_size
 from .args import Parser, UsageError, pid_arg
 from .plot_data import plot_data, title
 from .recorded import RecordingUnavailable, add_source_arguments, load_timeline
-from .report import EXIT_USAGE, NO_RECORDING, CommandFailed, finish
+from .report import CANNOT_WRITE, EXIT_USAGE, NO_RECORDING, CommandFailed, finish
 from .timeline import iso
 
 PROG = "memagent plot"
@@ -33,7 +33,6 @@ MISSING_MATPLOTLIB = ("memagent plot: PNG and SVG need matplotlib: pip install '
 #: ``--json`` error codes of this command (the client's own: hyphens, docs/cli.md; and
 #: report.NO_RECORDING, shared with history and report).
 NO_SAMPLES = "no-samples"
-CANNOT_WRITE = "cannot-write"
 MISSING_EXTRA = "missing-extra"
 
 EPILOG = ("The format is the suffix of -o: .png and .svg need the plot extra (pip install 'memagent[plot]'); "

@@ -35,7 +35,7 @@ from memproto.vocabulary import StackState
 from .args import Parser, pid_arg, seconds_arg
 from .client import Client, connect
 from .render import human_bytes
-from .report import EXIT_USAGE, CommandFailed, finish
+from .report import CANNOT_WRITE, EXIT_USAGE, CommandFailed, finish
 
 PROG = "memagent record"
 #: Seconds between two batches written, and between two headroom snapshots.
@@ -50,7 +50,6 @@ NO_STACK = frozenset({StackState.NOT_PYTHON, StackState.DENIED, StackState.MISSI
 
 #: ``--json`` error codes of this command (the client's own: hyphens, docs/cli.md).
 FILE_EXISTS = "file-exists"
-CANNOT_WRITE = "cannot-write"
 
 EPILOG = ("Stops at --duration, Ctrl-C or SIGTERM (exit 0), or when the daemon goes away (exit 1: the file holds "
           "what came before). Exit 2: no daemon, a usage error, or FILE exists (--force overwrites it). Read it "

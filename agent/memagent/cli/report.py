@@ -37,6 +37,8 @@ USAGE: Final = "usage"
 UNEXPECTED: Final = "unexpected"
 #: ``history``, ``report``, ``plot``: no recording to read, or not a recording (exit 1).
 NO_RECORDING: Final = "no-recording"
+#: ``record``, ``plot``, ``run``: an output file that cannot be written.
+CANNOT_WRITE: Final = "cannot-write"
 
 
 class CommandFailed(Exception):

@@ -33,12 +33,11 @@ from ..errors import ConfigError, MemagentError
 from .args import Parser, UsageError, seconds_arg
 from .client import Client, connect
 from .fits import HOST, Need, Verdict, judge
-from .record_cmd import RecordFailed, Recording, check_output, create
+from .record_cmd import Recording, check_output, create
 from .render import human_bytes
-from .report import EXIT_FAILED, EXIT_NO_DAEMON
+from .report import EXIT_FAILED, EXIT_NO_DAEMON, CommandFailed
 from .run_report import (
     Budget,
-    CannotWrite,
     Outcome,
     ProcessPeak,
     check_writable,
@@ -361,12 +360,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (ClientError, MemagentError) as exc:
         print(f"{PROG}: {printable(str(exc))}", file=sys.stderr)
         return 1
-    except RecordFailed as exc:
+    except CommandFailed as exc:  # --record's, or a --report/--junit path refused before CMD runs
         print(f"{PROG}: {printable(str(exc))}", file=sys.stderr)
         return exc.status
-    except CannotWrite as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"run": cmd_run}

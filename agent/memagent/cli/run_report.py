@@ -19,6 +19,7 @@ from memproto.text import printable
 from .fits import Verdict
 from .fits import summary as fits_summary
 from .render import frame_text, human_bytes
+from .report import CANNOT_WRITE, CommandFailed
 
 #: Frames of the stack at the peak kept per process in the report.
 STACK_DEPTH = 20
@@ -230,18 +231,14 @@ def write_text(path: str, text: str, append: bool = False) -> None:
 
 def check_writable(path: str) -> None:
     """Refuse, before CMD runs, a ``--report``/``--junit`` path that could not be written at
-    the end (an OSError naming it); a file created to find out is removed again."""
+    the end (:class:`~.report.CommandFailed`, exit 1); a file created to find out is removed again."""
     existed = os.path.lexists(path)
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666))
     except OSError as exc:
-        raise CannotWrite(f"cannot write {printable(path)}: {exc.strerror or exc}") from None
+        raise CommandFailed(CANNOT_WRITE, f"cannot write {printable(path)}: {exc.strerror or exc}") from None
     if not existed:
         os.unlink(path)
-
-
-class CannotWrite(Exception):
-    """A ``--report``/``--junit`` file that cannot be written (exit 1, before CMD runs)."""
 
 
 def write_outputs(outcome: Outcome, budget: Budget, exit_status: int, report: str | None,
