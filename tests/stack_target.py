@@ -16,8 +16,11 @@ def wait_for_command():
 
 
 def hold_memory(mib):
-    block = bytearray(b"\x01") * (mib * MiB)
-    held.append(block)
+    # A MiB at a time, with some work on each (~3 ms a MiB): the memory rises while the
+    # daemon's stacks are read, as real code's does.
+    for _ in range(mib):
+        held.append(bytearray(b"\x01") * MiB)
+        sum(range(30000))
     sys.stdout.write("ok grow\n")
     sys.stdout.flush()
     # Wait for the next command right here (in C, no deeper Python frame), as a model

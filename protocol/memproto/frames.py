@@ -223,6 +223,9 @@ class StackOk(Frame):
     at_peak: StackDump | None
     by_line: list[GrowthSite]
     by_function: list[GrowthSite]
+    #: v1.7: "ok" (``at_peak`` was taken while memory rose to the peak), "missed" (no stack
+    #: was taken during that rise: ``at_peak`` is nil), nil (no rise to a new peak seen yet).
+    stack_at_peak_state: str | None = None
 
 
 @wire

@@ -289,6 +289,8 @@ class ThreadStack:
     owns_gil: bool
     #: Innermost first.
     frames: list[StackFrame]
+    #: v1.7: the kernel's thread ID (``/proc/PID/task/TID``); nil when unknown.
+    os_thread_id: int | None = None
 
 
 @wire
@@ -302,8 +304,13 @@ class StackDump:
     rss_bytes: int
     vram_bytes: int | None
     threads: list[ThreadStack]
-    #: The thread that growth was attributed to (the active one, else the main thread).
+    #: The thread that growth was attributed to (v1.7: the one given the largest share of
+    #: the growth; v1.2 to v1.6: the active one, else the main thread).
     attributed_thread: int | None = None
+    #: v1.7: how much the RSS rose while the dump was read (bytes, RSS read just after the
+    #: dump minus just before; may be negative); nil when not measured (an older agent).
+    #: Positive: the stack was taken while memory was rising.
+    rss_rise: int | None = None
 
     def attributed(self) -> ThreadStack | None:
         """The thread that ``attributed_thread`` names; None when none is named."""

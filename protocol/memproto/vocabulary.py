@@ -34,6 +34,15 @@ class StackTrigger:
     PEAK: Final = "peak"
     GROWTH: Final = "growth"
     ROTATION: Final = "rotation"
+    #: v1.7: one of the dumps taken in a row while the process's memory grows.
+    SAMPLING: Final = "sampling"
+
+
+class AtPeakState:
+    """``StackOk.stack_at_peak_state`` (v1.7)."""
+
+    OK: Final = "ok"
+    MISSED: Final = "missed"
 
 
 class AlertKind:

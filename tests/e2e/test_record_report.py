@@ -95,8 +95,10 @@ def test_a_recorded_spike_reports_the_kernels_peak_and_the_samples_seen(
         last = follow(watcher, lambda r: r.rss_bytes < 100 * MiB)
         hwm = t.status_kb("VmHWM") * 1024
         stacks = watcher.status().stack_note is None  # py-spy there: the daemon takes a stack at the peak
-        if stacks:
-            poll("the daemon's stack at the peak", lambda: watcher.stack(t.pid, fresh=False).at_peak)
+        if stacks:  # a stack read during the one-shot rise, or the daemon's word that none was
+            reply = poll("the daemon's stack at the peak, or 'missed'",
+                         lambda: (r := watcher.stack(t.pid, fresh=False)).stack_at_peak_state and r)
+            stacks = reply.at_peak is not None
         poll("the last sample seen, in the file", lambda: sample_times(out)[-1] >= last)
         code, stdout, stderr = stop(rec)
     assert (code, stderr) == (0, "")

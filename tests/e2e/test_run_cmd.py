@@ -27,9 +27,14 @@ SPIKE = textwrap.dedent("""
     import sys, time
 
     def allocate_big():
-        block = b"\\x01" * (300 << 20)
+        # 300 MiB in 1 MiB pieces, with some work on each (~1 s): the daemon's stacks taken
+        # while memory rises catch it here (a single 300 MiB memset is over in 0.15 s).
+        blocks = []
+        for _ in range(300):
+            blocks.append(b"\\x01" * (1 << 20))
+            sum(range(100000))
         time.sleep(1.0)
-        return len(block)
+        return len(blocks)
 
     allocate_big()
     sys.exit(int(sys.argv[1]))

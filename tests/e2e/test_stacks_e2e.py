@@ -18,7 +18,7 @@ from conftest import HERE, Daemon, MiB, Target, memagent_cli, wait_sample
 
 from memagent.config import StackConfig
 from memagent.core.registry import Registry
-from memagent.core.stack_collector import StackCollector
+from memagent.core.stack_collector import SAMPLING_FACTOR, StackCollector
 from memproto.frames import Sample, StackStateChanged
 
 pytestmark = pytest.mark.skipif(
@@ -61,20 +61,26 @@ def test_the_allocating_function_is_in_the_stack_at_peak_and_tops_the_attributio
         wait_sample(c, t.pid, lambda r: r["rss_bytes"] >= 200 * MiB)
         reply = c.stack(t.pid)  # fresh: waits for a dump after the growth
     assert reply.state == "ok" and reply.at_peak is not None and reply.latest is not None
-    assert reply.at_peak.rss_bytes >= 200 * MiB
+    assert reply.stack_at_peak_state == "ok"
+    # The stack at peak was read while the memory rose, inside the function, near the top.
+    assert reply.at_peak.rss_bytes >= 100 * MiB and (reply.at_peak.rss_rise or 0) > 0
     attributed = next(th for th in reply.at_peak.threads if th.thread_id == reply.at_peak.attributed_thread)
     assert "hold_memory" in [f.name for f in attributed.frames]
     top = reply.by_line[0]
     assert top.function == "hold_memory" and top.filename.endswith("stack_target.py")
-    # A growth that spans two ticks may land on two lines of the function (the allocation,
-    # then where it waits): together they hold it all, and by function it is one site.
-    assert sum(s.bytes for s in reply.by_line if s.function == "hold_memory") >= 190 * MiB
-    assert reply.by_function[0].function == "hold_memory" and reply.by_function[0].bytes >= 190 * MiB
+    # Only growth seen while a stack was read is credited: part of the 200 MiB, nearly all
+    # of it to the function.
+    credited = sum(s.bytes for s in reply.by_function)
+    assert reply.by_function[0].function == "hold_memory" and reply.by_function[0].bytes >= 0.8 * credited
+    assert credited >= 20 * MiB
     # The command line shows the same, as JSON for scripts.
     r = memagent_cli("stack", "--socket", daemon.socket, str(t.pid), "--cached", "--json")
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["by_line"][0]["function"] == "hold_memory"
     assert {"latest", "at_peak", "by_line", "by_function", "state"} <= out.keys()
+    assert out["stack_at_peak_state"] == "ok" and out["at_peak"]["rss_rise"] > 0
+    text = memagent_cli("stack", "--socket", daemon.socket, str(t.pid), "--cached").stdout
+    assert "stack at peak" in text and "rising" in text
 
 
 def test_a_c_only_process_is_not_a_python_process(daemon: Daemon) -> None:
@@ -182,7 +188,9 @@ def test_the_dump_budget_holds_with_50_processes_growing_at_once(
     elapsed = end.tick.ticks - start.tick.ticks
     dumps = end.stack_dumps - start.stack_dumps
     assert dumps >= 4, "growth did not trigger dumps"
-    assert dumps <= budget * elapsed * 0.1 + burst + 1, (dumps, elapsed)
+    # The budget's dumps, and the sampling dumps while memory grows, from a bucket of their
+    # own (SAMPLING_FACTOR x the budget a second, 2 saved up).
+    assert dumps <= (1 + SAMPLING_FACTOR) * budget * elapsed * 0.1 + burst + 2 + 1, (dumps, elapsed)
     assert end.tick.overruns - start.tick.overruns <= 3
 
 

@@ -163,3 +163,40 @@ def test_clear_refs_resets_the_high_water_mark() -> None:
         handle.close()
         child.stdin.close()
         assert child.wait(timeout=30) == 0
+
+
+def test_thread_cpu_tells_which_threads_ran_and_resident_bytes_the_rss() -> None:
+    """The readings taken around a stack dump: a spinning thread's CPU time moves between
+    two readings, a sleeping thread's does not."""
+    import threading
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    sleeper = threading.Thread(target=stop.wait, daemon=True)
+    sleeper.start()
+    try:
+        h = ProcFS().open(os.getpid())
+        first = h.thread_cpu()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and h.thread_cpu()[spinner.native_id or 0] == first[spinner.native_id or 0]:
+            time.sleep(0.01)
+        second = h.thread_cpu()
+        assert spinner.native_id in first and sleeper.native_id in first
+        assert second[spinner.native_id or 0] > first[spinner.native_id or 0]
+        assert second[sleeper.native_id or 0] == first[sleeper.native_id or 0]
+        page = os.sysconf("SC_PAGE_SIZE")
+        low = parse_statm(h.statm_bytes()).resident * page
+        rss = h.resident_bytes()
+        high = parse_statm(h.statm_bytes()).resident * page
+        assert min(low, high) - 4 * MiB <= rss <= max(low, high) + 4 * MiB  # the test process moves a little
+        h.close()
+    finally:
+        stop.set()
+        spinner.join()
+        sleeper.join()

@@ -29,6 +29,7 @@ from memagent.proc.parse import (
     parse_status_memory,
     parse_status_nspid,
     parse_status_uid,
+    parse_thread_cpu,
 )
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "proc"
@@ -274,3 +275,10 @@ def test_smaps_rollup_excess_and_shared_resident() -> None:
 ])
 def test_parse_status_nspid(status: bytes, expected: int | None) -> None:
     assert parse_status_nspid(status) == expected
+
+
+def test_thread_cpu_is_utime_plus_stime_and_a_comm_with_parentheses_is_no_trouble() -> None:
+    line = b"4242 (a (b) c) S 1 4242 4242 0 -1 4194560 10 0 0 0 37 5 0 0 20 0 1 0 100 0 0\n"
+    assert parse_thread_cpu(line) == 42
+    with pytest.raises(ValueError):
+        parse_thread_cpu(b"garbage")

@@ -10,7 +10,7 @@ import argparse
 from memproto.records import DaemonStatus
 from memproto.schema import to_wire
 from memproto.text import label_problem, printable
-from memproto.vocabulary import Severity, StackState
+from memproto.vocabulary import AtPeakState, Severity, StackState
 
 from .args import UsageError
 from .client import Client, connect
@@ -101,8 +101,12 @@ def cmd_stack(args: argparse.Namespace) -> int:
         print("\n".join(format_stack(reply.latest, "latest stack")))
     if reply.at_peak and reply.at_peak != reply.latest:
         print("\n".join(format_stack(reply.at_peak, "stack at peak")))
+    elif reply.at_peak:
+        print("stack at peak: the latest stack")
+    elif reply.stack_at_peak_state == AtPeakState.MISSED:
+        print("stack at peak: missed (no stack was taken while memory rose to the peak)")
     if reply.by_line:
-        print("where memory grew (attributed to the next stack taken; correlation, not proof):")
+        print("where memory grew (stacks read while the RSS rose; correlation, not proof):")
         for s in reply.by_line[:10]:
             print(f"  {human_bytes(s.bytes):>10}  {s.samples:>4}x  {frame_text(s.function, s.filename, s.line)}")
     return status

@@ -98,7 +98,8 @@ def frame_text(function: str, filename: str, line: int | None) -> str:
 
 def format_stack(dump: StackDump, title: str) -> list[str]:
     when = time.strftime("%H:%M:%S", time.localtime(dump.time))
-    lines = [f"{title} (taken {when} on {dump.trigger}, RSS {human_bytes(dump.rss_bytes)}"
+    rise = f", rising {human_bytes(dump.rss_rise)}" if dump.rss_rise is not None and dump.rss_rise > 0 else ""
+    lines = [f"{title} (taken {when} on {dump.trigger}, RSS {human_bytes(dump.rss_bytes)}{rise}"
              + (f", VRAM {human_bytes(dump.vram_bytes)})" if dump.vram_bytes is not None else ")")]
     for t in dump.threads:
         mark = "*" if t.thread_id == dump.attributed_thread else " "

@@ -15,6 +15,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Collection
+from dataclasses import replace
 
 from memproto.records import StackDump
 from memproto.vocabulary import StackState, StackTrigger
@@ -28,10 +29,10 @@ from .process_stacks import (
     GROWTH,
     PEAK,
     ROTATION,
+    SAMPLING,
     TRIGGER_NAMES,
     ProcessStacks,
     TokenBucket,
-    with_attribution,
 )
 from .registry import Registry
 from .watched import Watched
@@ -39,6 +40,16 @@ from .watched import Watched
 log = logging.getLogger(__name__)
 
 Key = tuple[int, int]
+
+#: While a process grows, dumps in a row: for SAMPLING_WINDOW s after a tick saw it grow by
+#: SAMPLING_MIN or more, one dump after the other, all processes together at most
+#: SAMPLING_FACTOR x the stack budget a second (10/s at the default 4), from a bucket of
+#: their own, so that they never delay the budget's other dumps. Growth is credited only to
+#: stacks read while the RSS rose (``ProcessStacks``): the more dumps during growth, the
+#: more of it is credited, and to the code that was running.
+SAMPLING_WINDOW = 3.0
+SAMPLING_MIN = 1024 * 1024
+SAMPLING_FACTOR = 2.5
 
 
 class StackCollector:
@@ -49,6 +60,8 @@ class StackCollector:
         #: Told of each new stack at a process's peak (the flight recorder keeps them).
         self.on_peak_stack: Callable[[Watched, StackDump], None] = lambda w, dump: None
         self.bucket = TokenBucket(config.budget, config.burst)
+        self.sampling_bucket = TokenBucket(config.budget * SAMPLING_FACTOR, 2)
+        self._running: set[Key] = set()
         self.stacks: dict[Key, ProcessStacks] = {}
         self.dumps_started = 0
         self._watched: dict[Key, Watched] = {}
@@ -97,20 +110,23 @@ class StackCollector:
             ps = self.of(w)
             total = w.rss + (w.vram or 0)
             peak = w.peak + (w.vram_peak or 0)
-            prev = ps.prev_total
-            ps.prev_total = total
-            if prev is None:
+            kept = ps.at_peak
+            delta = ps.on_tick(now, total)
+            if ps.at_peak is not None and ps.at_peak is not kept:  # a rise's stack became the peak's
+                self.on_peak_stack(w, ps.at_peak)
+            if delta is None:
                 self._peaks[w.key] = peak
                 continue
-            delta = total - prev
-            if delta > 0:
-                ps.pending_growth += delta
             if ps.state in StackState.FINAL:
                 continue
             if peak > self._peaks.get(w.key, 0) and delta > 0:
                 self.request(w, PEAK)
             elif delta >= threshold:
                 self.request(w, GROWTH)
+            if delta >= SAMPLING_MIN:
+                ps.sampling_until = time.time() + SAMPLING_WINDOW
+                if w.key not in self._running:
+                    self.request(w, SAMPLING)
             self._peaks[w.key] = max(peak, self._peaks.get(w.key, 0))
         if now >= self._next_rotation:
             self._next_rotation = now + 1.0
@@ -172,10 +188,11 @@ class StackCollector:
                     await self._wakeup.wait()
                     continue
                 await self._sem.acquire()
-                wait = self.bucket.take()
+                bucket = self.sampling_bucket if self._heap[0][0] == SAMPLING else self.bucket
+                wait = bucket.take()
                 while wait > 0:
                     await asyncio.sleep(wait)
-                    wait = self.bucket.take()
+                    wait = bucket.take()
                 if not self._heap:  # drained meanwhile (detached)
                     self._sem.release()
                     continue
@@ -203,7 +220,14 @@ class StackCollector:
                     self._set_state(w, StackState.EXITED, ADVICE[StackState.EXITED])
                 return
             self.dumps_started += 1
-            await self._run_py_spy(w, TRIGGER_NAMES[priority])
+            self._running.add(key)
+            try:
+                await self._run_py_spy(w, TRIGGER_NAMES[priority])
+            finally:
+                self._running.discard(key)
+            ps = self.of(w)
+            if w.alive and ps.state == StackState.OK and time.time() < ps.sampling_until:
+                self.request(w, SAMPLING)
         finally:
             self._sem.release()
             for future in self._waiters.pop(key, []):
@@ -215,13 +239,19 @@ class StackCollector:
         if trigger != StackTrigger.DEMAND and not self._looks_like_python(w):
             self._set_state(w, StackState.NOT_PYTHON, ADVICE[StackState.NOT_PYTHON])
             return
+        ps = self.of(w)
+        before = _reading(w, ps)
         result = await pyspy.dump(self.py_spy, w.pid, self.config.timeout, time.time, trigger, w.rss, w.vram,
                                   lambda: w.alive and w.handle.alive())
+        after = _reading(w, ps)
         if result.dump is None:
             self._set_state(w, result.state, result.message)
             return
-        ps, dump = self.of(w), with_attribution(result.dump)
-        ps.record(dump)
+        dump, ran = result.dump, None
+        if before is not None and after is not None:
+            dump = replace(dump, rss_bytes=after[0], rss_rise=after[0] - before[0])
+            ran = {tid: ns - before[1].get(tid, 0) for tid, ns in after[1].items()}
+        dump = ps.record(dump, ran)
         if ps.at_peak is dump:
             self.on_peak_stack(w, dump)
         self._set_state(w, StackState.OK, None)
@@ -239,3 +269,15 @@ class StackCollector:
         """The stack closest to ``w``'s peak, as text (for an oom-kill alert)."""
         ps = self.stacks.get(w.key)
         return ps.peak_text() if ps else None
+
+
+def _reading(w: Watched, ps: ProcessStacks) -> tuple[int, dict[int, int]] | None:
+    """RSS and each thread's CPU ns now, read around a dump: whether memory rose while the
+    stack was read, and which threads ran. The RSS is also a reading of the growth
+    (``ps.observe``), in time order with the ticks'. None when they cannot be read."""
+    try:
+        rss, cpu = w.handle.resident_bytes(), w.handle.thread_cpu()
+    except MemagentError:
+        return None
+    ps.observe(rss + (w.vram or 0))
+    return rss, cpu

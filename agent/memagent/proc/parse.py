@@ -173,6 +173,17 @@ def parse_btime(data: bytes) -> int:
     raise ValueError("no btime in /proc/stat")
 
 
+def parse_thread_cpu(data: bytes) -> int:
+    """utime + stime (clock ticks) of one ``/proc/PID/task/TID/stat``: compared between two
+    readings, whether the thread ran in between."""
+    close = data.rfind(b")")
+    if close < 0:
+        raise ValueError(f"malformed stat: {data[:64]!r}")
+    rest = data[close + 2:].split()
+    # rest[0] is field 3 (state); utime and stime are fields 14 and 15.
+    return int(rest[11]) + int(rest[12])
+
+
 def parse_statm_pages(raw: bytes) -> tuple[int, int] | None:
     """``(resident, shared)`` pages from raw statm for the sampler's hot loop (no object
     built); None for a zombie, whose mm is gone (size 0)."""

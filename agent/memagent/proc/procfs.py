@@ -48,12 +48,12 @@ from .parse import (
     parse_status_uids,
 )
 from .sharing import SharingFacts, sharing_facts
+from .threads import CLOCK_TICKS, thread_cpu
 
 __all__ = ["CLOCK_TICKS", "MAX_ARG_CHARS", "MAX_CMDLINE_CHARS", "PAGE_SIZE", "MemoryAccess", "ProcFS", "ProcessFacts",
            "ProcessHandle", "read_boundary", "translate_errors"]
 
 PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE")
-CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _READ_SIZE: Final = 16384
 
 log = logging.getLogger(__name__)
@@ -356,6 +356,17 @@ class ProcessHandle:
             return b"".join(chunks)
         finally:
             os.close(fd)
+
+    def resident_bytes(self) -> int:
+        """RSS now, from statm: read around a stack dump, it tells whether memory rose meanwhile."""
+        with read_boundary(self.pid):
+            return parse_statm(self.statm_bytes()).resident * PAGE_SIZE
+
+    def thread_cpu(self) -> dict[int, int]:
+        """Each thread's CPU time so far (TID -> ns; gone threads left out): two readings tell
+        which threads ran in between (:func:`.threads.thread_cpu`)."""
+        with read_boundary(self.pid):
+            return thread_cpu(self._dir)
 
     def alive(self) -> bool:
         """Whether the process is still there (a read through its descriptors works)."""

@@ -134,9 +134,10 @@ def parse_dump(data: bytes, now: float, trigger: str, rss: int, vram: int | None
             StackFrame(str(f.get("name", "?")), str(f.get("filename", "?")), int(f.get("line") or 0))
             for f in t.get("frames", [])
         ]
-        name = t.get("thread_name")
+        name, tid = t.get("thread_name"), t.get("os_thread_id")
         threads.append(ThreadStack(int(t.get("thread_id", 0)), None if name is None else str(name),
-                                   bool(t.get("active")), bool(t.get("owns_gil")), frames))
+                                   bool(t.get("active")), bool(t.get("owns_gil")), frames,
+                                   None if tid is None else int(tid)))
     return StackDump(now, trigger, rss, vram, threads)
 
 

@@ -346,7 +346,7 @@ class Dispatcher:
             return StackOk(req.id, w.pid, w.start_time, state, None, None, None, [], [])
         by_line, by_function = ps.sites()
         return StackOk(req.id, w.pid, w.start_time, ps.state or StackState.PENDING, ps.message, ps.latest,
-                       ps.at_peak, by_line, by_function)
+                       ps.at_peak, by_line, by_function, ps.at_peak_state)
 
     async def status(self, session: ClientSession, req: Status) -> StatusOk:
         return StatusOk(req.id, self.status_of(session.access))

@@ -78,6 +78,8 @@ class StackPanel(Widget):
                                   no_wrap=True, overflow="ellipsis"))
         if reply.at_peak is not None:
             lines.extend(dump_lines(reply.at_peak, "at peak"))
+        elif reply.stack_at_peak_state == "missed":
+            lines.append(Text("at peak: missed (no stack read while memory rose)", style="dim"))
         if reply.latest is not None and reply.latest is not reply.at_peak and reply.latest != reply.at_peak:
             lines.extend(dump_lines(reply.latest, "latest"))
         if not lines:
