@@ -114,6 +114,9 @@ class StackConfig:
     rotation: float = 30.0
     #: py-spy executable; None: look on PATH, then beside this Python.
     py_spy: str | None = None
+    #: What samples a growing process: "austin" (100 Hz), "dumps" (py-spy, costly) or "off".
+    sampler: str = "austin"
+    austin: str | None = None
 
 
 @dataclass
@@ -310,7 +313,7 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
         enabled=(None, "stacks.enabled"), budget=("stack_budget", "stacks.budget"),
         timeout=("stack_timeout", "stacks.timeout"), py_spy=("py_spy", "stacks.py_spy"),
         growth_threshold=(None, "stacks.growth_threshold"), rotation=(None, "stacks.rotation"),
-    ))
+        sampler=("stack_sampler", "stacks.sampler"), austin=("austin", "stacks.austin")))
     if flags.get("no_stacks"):
         stacks.enabled = False
     headroom = HeadroomConfig(**given(
@@ -344,15 +347,12 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
 
 
 # ----------------------------------------------------------------------------- reload (SIGHUP)
-
 #: What a running daemon cannot change: SIGHUP keeps the running value and says a restart
-#: is needed. The socket and its group are bound at start, the state directory read; the
-#: interval paces the tick, the history slots and what clients were told in their hello; the
-#: history's length sizes each process's ring; NVML, the netlink sockets and py-spy are opened or found at start,
-#: and the flight recorder started or not (its sizes and retry period apply live).
+#: is needed (bound, paced, sized, opened or found at start: the socket, the tick, the rings,
+#: NVML, netlink, py-spy and Austin; the recorder's sizes and retry period apply live).
 RESTART_KEYS = frozenset({"socket", "socket_group", "state_dir", "interval", "history", "gpu.enabled",
-                          "events.netlink", "stacks.enabled", "stacks.py_spy", "record.enabled", "metrics.listen",
-                          "containers.root", "gpu.nvmap_clients"})
+                          "events.netlink", "stacks.enabled", "stacks.py_spy", "stacks.sampler", "stacks.austin",
+                          "record.enabled", "metrics.listen", "containers.root", "gpu.nvmap_clients"})
 
 #: The file key of each :class:`AgentConfig` attribute whose name differs from it.
 _FILE_KEY = {

@@ -3,9 +3,8 @@
 One validation for the file (``memagent check-config``, ``memagent daemon``) and for the
 daemon's flags (:func:`check_text`, the type of each flag): a value either passes here or
 is refused with :class:`ConfigError` naming its key, so nothing that passes can crash the
-daemon later (no NaN or infinity, no size or period the daemon cannot hold). The ranges are
-listed in ``docs/configuration.md``. Sizes: :func:`parse_size`; a size without a unit below
-1 MiB is refused (``capacity = 12`` is not meant as 12 bytes).
+daemon later (no NaN or infinity, no size or period it cannot hold). Ranges: listed in
+``docs/configuration.md``. Sizes: :func:`parse_size` (without a unit, 0 or at least 1 MiB).
 """
 
 from __future__ import annotations
@@ -243,6 +242,12 @@ def _hook(v: object, key: str) -> list[str]:
     return argv
 
 
+def _sampler(v: object, key: str) -> str:
+    if v not in ("austin", "dumps", "off"):
+        raise ConfigError(key, f"expected \"austin\", \"dumps\" or \"off\", got {_r(v)}")
+    return str(v)
+
+
 def _budgets(v: object, key: str) -> dict[str, int]:
     if not isinstance(v, dict):
         raise ConfigError(key, "expected a table of label = size")
@@ -250,8 +255,7 @@ def _budgets(v: object, key: str) -> dict[str, int]:
     return {_label(label, f"{key}.{label}"): size(value, f"{key}.{label}") for label, value in v.items()}
 
 
-SECONDS = "seconds"
-DAY = 86_400.0
+SECONDS, DAY = "seconds", 86_400.0
 
 #: Every key, with its check: the file may hold these and nothing else.
 SCHEMA: dict[str, dict[str, Check] | Check] = {
@@ -270,7 +274,8 @@ SCHEMA: dict[str, dict[str, Check] | Check] = {
     "events": {"netlink": _bool},
     "containers": {"root": _state_dir},
     "stacks": {"enabled": _bool, "budget": Number(0.01, 100.0, "per second"), "timeout": Number(0.1, 60.0, SECONDS),
-               "py_spy": _name, "growth_threshold": Size(64 * KiB), "rotation": Number(1.0, DAY, SECONDS)},
+               "py_spy": _name, "growth_threshold": Size(64 * KiB), "rotation": Number(1.0, DAY, SECONDS),
+               "sampler": _sampler, "austin": _name},
     "alerts": {
         "warn_fraction": Number(0.0, 10.0, above=True),
         "critical_fraction": Number(0.0, 10.0, above=True),

@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="py-spy dumps per second for the whole box (4)")
     d.add_argument("--stack-timeout", type=_setting("stacks.timeout"), metavar="SECONDS",
                    help="a py-spy dump taking longer is killed (2)")
+    d.add_argument("--stack-sampler", type=_setting("stacks.sampler"), choices=("austin", "dumps", "off"),
+                   help="what samples a growing process's stacks: austin (100 Hz, default), dumps (py-spy "
+                        "dumps in a row: slows an allocating target ~10 %%), off (docs/stacks.md)")
+    d.add_argument("--austin", type=_setting("stacks.austin"), metavar="PATH",
+                   help="Austin executable (default: on PATH, then beside Python)")
     d.add_argument("--metrics", type=_setting("metrics.listen"), metavar="ADDR:PORT",
                    help="serve Prometheus metrics at http://ADDR:PORT/metrics, e.g. 127.0.0.1:9478 "
                         "([metrics] listen; docs/metrics.md)")

@@ -18,6 +18,8 @@ from typing import Any
 from memproto.records import GrowthSite, StackDump, StackFrame, ThreadStack
 from memproto.vocabulary import AtPeakState, StackTrigger
 
+from ..proc.austin import SampledThread, SampleRound
+
 MiB = 1024 * 1024
 
 #: Priorities: lower runs first. SAMPLING: the dumps in a row while memory grows.
@@ -34,6 +36,9 @@ _STDLIB = re.compile(r"/lib/python\d+\.\d+/(?!(site|dist)-packages/)")
 RISE_MIN = 512 * 1024
 #: Every thread that ran gets at least this weight (see :func:`thread_weights`).
 LIFT_FLOOR = 0.02
+#: A sampled round (10 ms) counts as rising when the RSS rose this much since the last:
+#: 16 pages; a running interpreter's own few pages come and go below it.
+ROUND_RISE_MIN = 64 * 1024
 
 
 def thread_weights(threads: list[ThreadStack], ran: dict[int, int] | None,
@@ -59,6 +64,27 @@ def thread_weights(threads: list[ThreadStack], ran: dict[int, int] | None,
            for t in chosen}
     total = sum(raw.values())
     return {tid: w / total for tid, w in raw.items()}
+
+
+def round_weights(candidates: dict[int, SampledThread], threads: int,
+                  history: dict[int, list[int]]) -> tuple[dict[int, float], float]:
+    """How a sampled round's growth is shared among ``candidates`` (the threads running at
+    this sample or the one before: by TID), and the part of it credited at all.
+
+    One Python thread in the process: all of it, to that thread. Else shared as
+    :func:`thread_weights` does, by lift over the rising share of all rounds, and only the
+    part ``max`` over the candidates of *how often a round with this thread in it rises*
+    is credited: a spinner or a compute loop, in every round, is credited that base rate of
+    a growth it is the only runner of (the allocator ran between two samples, unseen), not
+    all of it; a thread seen running mostly while memory rises, nearly all.
+    """
+    if threads <= 1 and len(candidates) == 1:
+        return {next(iter(candidates)): 1.0}, 1.0
+    base = _rate(history.get(-1, [0, 0]))
+    rates = {tid: _rate(history.get(tid, [0, 0])) for tid in candidates}
+    raw = {tid: max(0.0, rate - base) + LIFT_FLOOR for tid, rate in rates.items()}
+    total = sum(raw.values())
+    return {tid: w / total for tid, w in raw.items()}, max(rates.values())
 
 
 def _rate(counts: list[int]) -> float:
@@ -108,8 +134,8 @@ class ProcessStacks:
 
     __slots__ = ("at_peak", "at_peak_state", "by_function", "by_line", "dropped", "history", "last_obs",
                  "last_request", "last_rising", "last_taken", "latest", "message", "peak_rise", "peak_time",
-                 "peak_total", "pending_growth", "prev_time", "prev_total", "rise_start", "rising",
-                 "sampling_until", "state")
+                 "peak_total", "pending_growth", "prev_round", "prev_time", "prev_total", "rise_start", "rising",
+                 "sampled", "sampling_until", "state")
 
     def __init__(self) -> None:
         self.state: str | None = None
@@ -129,6 +155,10 @@ class ProcessStacks:
         self.peak_time = 0.0
         self.peak_rise = 0.0
         self.sampling_until = 0.0
+        #: A sampler is attached (Austin): it credits the growth, round by round; the
+        #: readings of ticks and dumps then only track the RSS (no double count).
+        self.sampled = False
+        self.prev_round: dict[int, SampledThread] = {}
         self.history: dict[int, list[int]] = {}
         self.by_line: dict[tuple[str, str, int], list[int]] = {}
         self.by_function: dict[tuple[str, str], list[int]] = {}
@@ -137,7 +167,7 @@ class ProcessStacks:
 
     def observe(self, total: int) -> None:
         """A memory reading (RSS + VRAM), from a tick or around a dump."""
-        if self.last_obs is not None and total > self.last_obs:
+        if self.last_obs is not None and total > self.last_obs and not self.sampled:
             self.pending_growth += total - self.last_obs
         self.last_obs = total
 
@@ -204,6 +234,56 @@ class ProcessStacks:
             _bump(self.by_line, (leaf.name, leaf.filename, leaf.line), share)
             _bump(self.by_function, (leaf.name, leaf.filename), share)
         return dump
+
+    def record_round(self, rnd: SampleRound, rss: int, vram: int | None, now: float,
+                     ran: dict[int, int] | None = None) -> StackDump | None:
+        """A round of the sampler (``rss``: the RSS after it; ``now``: when it was taken;
+        ``ran``: CPU ns each thread used since the round before, None when unknown): its
+        RSS change shared among the threads that ran in between (:func:`round_weights`), by
+        the stack they were sampled running in at this round or else the one before (a
+        thread waiting for the GIL is sampled idle, yet it runs between samples); when it
+        rose (``ROUND_RISE_MIN``) and the thread with the largest share is more often
+        running while memory rises than not, a stack for the peak. Returns the round's
+        :class:`StackDump` when it became the stack at peak, else None."""
+        current = {t.tid: t for t in rnd.threads if t.frames_text}
+        previous, self.prev_round = self.prev_round, current
+        candidates: dict[int, SampledThread] = {tid: t for tid, t in previous.items() if t.active}
+        for tid, t in current.items():
+            if t.active or (ran is not None and ran.get(tid, 0) > 0 and tid not in candidates):
+                candidates[tid] = t
+        rose = rnd.rss_change >= ROUND_RISE_MIN
+        learn(self.history, dict.fromkeys(candidates, 1), rose)
+        growth = rnd.rss_change
+        if growth <= 0:
+            return None
+        if not candidates:
+            self.dropped += growth
+            return None
+        weights, credited = round_weights(candidates, len(current), self.history)
+        for tid, weight in weights.items():
+            share = int(growth * credited * weight)
+            frames = candidates[tid].frames()
+            if share > 0 and frames:
+                leaf = credited_frame(frames)
+                _bump(self.by_line, (leaf.name, leaf.filename, leaf.line), share)
+                _bump(self.by_function, (leaf.name, leaf.filename), share)
+        self.dropped += growth - int(growth * credited)
+        chosen = max(weights, key=lambda k: weights[k])
+        base = _rate(self.history.get(-1, [0, 0]))
+        if not rose or (len(current) > 1 and _rate(self.history.get(chosen, [0, 0])) <= base):
+            return None
+        total = rss + (vram or 0)
+        dump = StackDump(now, StackTrigger.SAMPLING, rss, vram, [
+            ThreadStack(tid, None, t.active, False, t.frames(), tid) for tid, t in candidates.items()],
+            attributed_thread=chosen, rss_rise=growth)
+        self.latest, self.last_taken, self.last_rising = dump, now, dump
+        if not self.rising:
+            self.rising, self.rise_start = True, self.prev_time
+        if total > self.peak_total:
+            self._new_peak(total, now)
+        elif self.rise_start == self.peak_rise:  # still the rise that reached the peak
+            self.at_peak, self.at_peak_state = dump, AtPeakState.OK
+        return dump if self.at_peak is dump else None
 
     def peak_text(self) -> str | None:
         """The stack at the peak, as one line of text (for an oom-kill alert)."""

@@ -20,7 +20,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
@@ -48,7 +48,7 @@ from .parse import (
     parse_status_uids,
 )
 from .sharing import SharingFacts, sharing_facts
-from .threads import CLOCK_TICKS, thread_cpu
+from .threads import CLOCK_TICKS, thread_cpu, threads_cpu
 
 __all__ = ["CLOCK_TICKS", "MAX_ARG_CHARS", "MAX_CMDLINE_CHARS", "PAGE_SIZE", "MemoryAccess", "ProcFS", "ProcessFacts",
            "ProcessHandle", "read_boundary", "translate_errors"]
@@ -367,6 +367,11 @@ class ProcessHandle:
         which threads ran in between (:func:`.threads.thread_cpu`)."""
         with read_boundary(self.pid):
             return thread_cpu(self._dir)
+
+    def threads_cpu(self, tids: Iterable[int]) -> dict[int, int]:
+        """:meth:`thread_cpu` of the threads ``tids`` only (:func:`.threads.threads_cpu`)."""
+        with read_boundary(self.pid):
+            return threads_cpu(self._dir, tids)
 
     def alive(self) -> bool:
         """Whether the process is still there (a read through its descriptors works)."""

@@ -50,7 +50,7 @@ def _bind_prctl() -> Callable[..., int] | None:
 _prctl = _bind_prctl()
 
 
-def _die_with(parent: int) -> Callable[[], None] | None:
+def die_with(parent: int) -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child killed when the agent dies, even by SIGKILL:
     a root py-spy must not outlive the daemon that started it (it would keep reading a
     process's memory for nobody). ``PR_SET_PDEATHSIG`` fires when the *thread* that
@@ -168,7 +168,7 @@ async def dump(py_spy: str, pid: int, timeout: float, now: Callable[[], float], 
         proc = await asyncio.create_subprocess_exec(
             py_spy, "dump", "--pid", str(pid), "--nonblocking", "--json",
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env, preexec_fn=_die_with(os.getpid()),
+            stderr=asyncio.subprocess.PIPE, env=env, preexec_fn=die_with(os.getpid()),
         )
     except OSError as exc:
         return DumpResult(None, StackState.ERROR, f"cannot run py-spy: {exc.strerror}")
