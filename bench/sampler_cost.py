@@ -1,6 +1,7 @@
 """What a stack sample costs: one ``py-spy dump`` per sample against a long-lived
-``py-spy record`` (both ``--nonblocking``), on the ``spinner`` target of
-tests/attribution_target.py. The figures behind the sampler choice in docs/stacks.md.
+``py-spy record`` (both ``--nonblocking``) and Austin (``austin -f``, what the daemon's
+bursts run), on the ``spinner`` target of tests/attribution_target.py. The figures behind
+the sampler choice in docs/stacks.md.
 
     .venv/bin/python bench/sampler_cost.py [--dumps 20] [--seconds 3]
 """
@@ -21,6 +22,8 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 from stacks_overhead import find_py_spy  # noqa: E402
+
+AUSTIN = os.path.join(os.path.dirname(sys.executable), "austin")
 
 TARGET = os.path.join(os.path.dirname(HERE), "tests", "attribution_target.py")
 
@@ -66,6 +69,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  py-spy record --nonblocking --rate 100 --format {fmt}, {args.seconds:g} s: "
                       f"{1000 * cpu:.0f} ms CPU = {100 * cpu / args.seconds:.1f}% of a core "
                       f"({samples} samples reported; output written only at the end)")
+        if os.access(AUSTIN, os.X_OK):
+            c0 = children_cpu()
+            r = subprocess.run([AUSTIN, "-f", "-P", "-i", "10ms", "-x", f"{max(1, round(args.seconds))}", "-p", pid],
+                               capture_output=True, text=True, check=False)
+            cpu = children_cpu() - c0
+            samples = sum(1 for line in r.stdout.splitlines() if line.startswith("P"))
+            print(f"  austin -f -i 10ms, {args.seconds:g} s: {1000 * cpu:.0f} ms CPU = "
+                  f"{100 * cpu / args.seconds:.1f}% of a core ({samples} thread samples, streamed as taken)")
+        else:
+            print(f"  austin: not found beside {sys.executable} (pip install 'austin-dist<4')")
     finally:
         target.kill()
         target.wait()

@@ -33,6 +33,9 @@ def test_sizes(text: object, expected: int) -> None:
     ("[alerts]\nhok = [\"x\"]", "alerts.hok"),
     ("intervall = 1", "intervall"),
     ("[budgets]\nbert = \"lots\"", "budgets.bert"),
+    ("[stacks]\nsampler = \"perf\"", "stacks.sampler"),
+    ("[stacks]\nsampler = 1", "stacks.sampler"),
+    ("[stacks]\naustin = \"\"", "stacks.austin"),
 ])
 def test_an_invalid_file_names_the_key(tmp_path: Path, body: str, key: str) -> None:
     path = tmp_path / "m.toml"

@@ -266,6 +266,11 @@ class DaemonStatus:
     #: debugfs) or "none"; and why that one, for humans.
     gpu_source: str = "none"
     gpu_source_note: str | None = None
+    #: v1.7: what samples a growing process's stacks ("austin", "dumps", "off"), why, for
+    #: humans, and the Austin bursts started since the daemon started.
+    stack_sampler: str = "off"
+    stack_sampler_note: str | None = None
+    sampler_bursts: int = 0
 
 
 @wire

@@ -167,7 +167,7 @@ def test_a_thread_sampled_idle_while_waiting_for_the_gil_is_credited_when_it_ran
     ps = ProcessStacks()
     waiting = sampled(MAIN, "grow", "main", active=False)  # in grow, off CPU: the spinner has the GIL
     ps.record_round(rnd(0, waiting, sampled(SPIN, "spin", "run")), 100 * MiB, None, 1.0)
-    for i in range(20):  # it ran between the samples, and memory rose whenever it did
+    for _ in range(20):  # it ran between the samples, and memory rose whenever it did
         ps.record_round(rnd(MiB, waiting, sampled(SPIN, "spin", "run")), 100 * MiB, None, 1.0, {MAIN: 3_000_000,
                                                                                                SPIN: 7_000_000})
         ps.record_round(rnd(0, sampled(MAIN, "idle", "main", active=False), sampled(SPIN, "spin", "run")),

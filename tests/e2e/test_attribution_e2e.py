@@ -85,6 +85,26 @@ def test_growth_is_credited_to_the_allocating_function(
     assert reply.stack_at_peak_state in ("ok", "missed")
     assert (reply.at_peak is None) == (reply.stack_at_peak_state == "missed")
     in_grow_seen[name] = in_grow(reply.at_peak)
+    with d.client() as c:  # the sampler at work is Austin, at the defaults
+        status = c.status()
+    assert (status.stack_sampler, status.sampler_bursts > 0) == ("austin", True), status.stack_sampler_note
+
+
+def test_without_austin_there_are_no_bursts_and_status_says_why(
+    start_daemon: Callable[..., Daemon], scenario: Callable[[str], Scenario]
+) -> None:
+    d = start_daemon("--austin", "/nonexistent/austin")
+    s = scenario("single")
+    with d.client() as c:
+        c.attach([s.pid])
+        c.stack(s.pid)
+        s.run()
+        reply = c.stack(s.pid)
+        status = c.status()
+    assert status.stack_sampler == "off" and "austin not found" in (status.stack_sampler_note or "")
+    assert status.sampler_bursts == 0
+    assert reply.state == "ok"  # py-spy's dumps go on
+    assert any("austin not found" in line for line in d.lines)  # said once, at start
 
 
 def test_the_stack_at_peak_is_inside_grow_in_5_of_6_scenarios() -> None:

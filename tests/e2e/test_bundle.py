@@ -164,7 +164,7 @@ def test_make_bundle_writes_one_archive_with_wheels_installer_unit_config_and_do
     tag = f"linux-{os.uname().machine}-py{sys.version_info[0]}{sys.version_info[1]}"
     assert re.fullmatch(rf"memagent-\d[^-]*-{tag}\.tar\.gz", archive.name), archive.name
     wheels = {p.name.split("-")[0].lower() for p in (bundle / "wheels").glob("*.whl")}
-    assert {"memagent", "psutil", "msgpack", "py_spy", "nvidia_ml_py", "textual", "rich"} <= wheels
+    assert {"memagent", "psutil", "msgpack", "py_spy", "austin_dist", "nvidia_ml_py", "textual", "rich"} <= wheels
     assert run(["sha256sum", "-c", "SHA256SUMS"], cwd=bundle).returncode == 0
     assert len((bundle / "SHA256SUMS").read_text().splitlines()) == len(list((bundle / "wheels").iterdir()))
     assert os.access(bundle / "install.sh", os.X_OK)

@@ -67,6 +67,9 @@ def status_lines(status: DaemonStatus) -> list[str]:
         lines.append(f"GPU memory: not available ({status.gpu_note or 'unknown reason'})")
     lines.append(f"GPU source: {printable(status.gpu_source)}"
                  + (f" ({printable(status.gpu_source_note)})" if status.gpu_source_note else ""))
+    lines.append(f"stack sampler: {printable(status.stack_sampler)}"
+                 + (f" ({printable(status.stack_sampler_note)})" if status.stack_sampler_note else "")
+                 + f", {status.sampler_bursts} bursts")
     for g in status.gpus:
         state = "LOST" if g.lost else f"{human_bytes(g.used_bytes)} used of {human_bytes(g.total_bytes)}"
         lines.append(f"GPU {g.index}: {printable(g.name)} {printable(g.uuid)}: {state}")

@@ -112,6 +112,19 @@ class StackCollector:
     def usable(self) -> bool:
         return self.config.enabled and self.py_spy is not None
 
+    @property
+    def sampler_note(self) -> str | None:
+        """Why :attr:`sampler` is what it is, for humans (``status``)."""
+        if not self.usable:
+            return None  # stack_note says why
+        if self.config.sampler == "off":
+            return '[stacks] sampler = "off": growth credited from the other dumps only'
+        if self.config.sampler == "dumps":
+            return "py-spy dumps one after the other while a process grows"
+        if self.austin is None:
+            return "austin not found (pip install 'austin-dist<4', or set [stacks] austin)"
+        return f"{self.austin}: {1000 // BURST_INTERVAL_MS} Hz for {BURST_SECONDS:g} s while a process grows"
+
     def of(self, w: Watched) -> ProcessStacks:
         ps = self.stacks.get(w.key)
         if ps is None:
@@ -236,7 +249,8 @@ class StackCollector:
                 ran = {tid: ns - cpu[tid] for tid, ns in now_cpu.items() if tid in cpu} if cpu else None
                 cpu = now_cpu
             except MemagentError:
-                pass
+                if not w.handle.alive():  # gone: its PID may be another process's by now
+                    return
             dump = ps.record_round(rnd, (start if start is not None else at_start) + change, w.vram, time.time(), ran)
             if dump is not None:
                 self.on_peak_stack(w, dump)
@@ -331,7 +345,8 @@ class StackCollector:
             finally:
                 self._running.discard(key)
             ps = self.of(w)
-            if w.alive and ps.state == StackState.OK and time.time() < ps.sampling_until:
+            if (self.config.sampler == "dumps" and w.alive and ps.state == StackState.OK
+                    and time.time() < ps.sampling_until):
                 self.request(w, SAMPLING)
         finally:
             self._sem.release()

@@ -89,6 +89,9 @@ class StatusReport:
             recording_note=rec.note(access.sees_all) if rec else None,
             gpu_source=self.gpu.source,
             gpu_source_note=self.gpu.source_note,
+            stack_sampler=self.stacks.sampler,
+            stack_sampler_note=self.stacks.sampler_note,
+            sampler_bursts=self.stacks.bursts_started,
         )
 
 
