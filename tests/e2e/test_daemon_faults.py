@@ -199,6 +199,34 @@ def test_py_spy_dies_with_a_sigkilled_daemon(start_daemon: Callable[..., Daemon]
         os.close(pidfd)
 
 
+def test_austin_dies_with_a_sigkilled_daemon(start_daemon: Callable[..., Daemon],
+                                             make_target: Callable[..., Target], tmp_path: Path) -> None:
+    """The burst sampler, started by growth (no request): tied to the daemon's life too."""
+    fifo = tmp_path / "austin.started"
+    os.mkfifo(fifo)
+    stand_in = tmp_path / "austin"
+    stand_in.write_text(f"#!/bin/sh\necho $$ > {fifo}\nexec sleep 3600\n")  # hangs, as a stuck Austin would
+    stand_in.chmod(0o755)
+    d = start_daemon("--interval", "0.1", "--no-gpu", "--austin", str(stand_in))
+    t = make_target()
+    with d.client() as c:
+        c.attach([t.pid])
+        poll("a first tick read the target", lambda: any(p.pid == t.pid and p.rss_bytes for p in c.list()))
+        t.do("alloc 64")  # 64 MiB between two ticks: a burst starts
+        hung = _read_pid_from(fifo, 15)
+    pidfd = os.pidfd_open(hung)
+    try:
+        poll("the stand-in austin runs sleep", lambda: os.readlink(f"/proc/{hung}/exe").endswith("sleep"))
+        d.proc.kill()
+        d.proc.wait(10)
+        exited, _, _ = select.select([pidfd], [], [], 10)
+        assert exited, f"austin ({hung}) outlived the SIGKILLed daemon"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        os.close(pidfd)
+
+
 # --------------------------------------------------------------------------- 4. history with seconds = ±inf, nan
 
 

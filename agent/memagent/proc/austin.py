@@ -31,13 +31,12 @@ import functools
 import logging
 import os
 import shutil
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from memproto.records import StackFrame
 
-from .pyspy import die_with
+from .children import die_with, find_program
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +49,7 @@ ATTACH_WAIT = "1s"
 
 
 def find_austin(explicit: str | None = None) -> str | None:
-    """The ``austin`` program: ``explicit``, else on PATH, else beside this Python (a venv's
-    ``bin``, where ``pip install austin-dist`` puts it)."""
-    if explicit:
-        return explicit if os.access(explicit, os.X_OK) else None
-    found = shutil.which("austin")
-    if found:
-        return found
-    beside = os.path.join(os.path.dirname(sys.executable), "austin")
-    return beside if os.access(beside, os.X_OK) else None
+    return find_program("austin", explicit)
 
 
 @dataclass(frozen=True, slots=True)

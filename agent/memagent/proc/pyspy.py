@@ -18,57 +18,15 @@ import contextlib
 import json
 import logging
 import os
-import shutil
-import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from memproto.records import StackDump, StackFrame, ThreadStack
 from memproto.vocabulary import StackState
 
+from .children import die_with, find_program
+
 log = logging.getLogger(__name__)
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _bind_prctl() -> Callable[..., int] | None:
-    """libc's ``prctl``, bound once, here: the child calls it between fork and exec, where
-    nothing may be imported or looked up. None without it (a Python built without ctypes,
-    a libc without ``prctl``): py-spy is then not tied to the agent's life, as before."""
-    try:
-        import ctypes
-
-        fn = ctypes.CDLL(None, use_errno=True).prctl
-    except (ImportError, OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
-
-
-_prctl = _bind_prctl()
-
-
-def die_with(parent: int) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child killed when the agent dies, even by SIGKILL:
-    a root py-spy must not outlive the daemon that started it (it would keep reading a
-    process's memory for nobody). ``PR_SET_PDEATHSIG`` fires when the *thread* that
-    forked ends: asyncio forks in the event loop's thread, which lives as long as the
-    agent (the daemon's main thread; the embedded agent's own thread). The setting
-    survives ``exec`` (py-spy is not setuid). A parent gone before the ``prctl`` is
-    caught by its PID: the child then exits at once."""
-
-    prctl = _prctl
-    if prctl is None:
-        return None
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec
 
 #: What the user can do about each state.
 ADVICE = {
@@ -82,13 +40,7 @@ ADVICE = {
 
 
 def find_py_spy(explicit: str | None = None) -> str | None:
-    if explicit:
-        return explicit if os.access(explicit, os.X_OK) else None
-    found = shutil.which("py-spy")
-    if found:
-        return found
-    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    return beside if os.access(beside, os.X_OK) else None
+    return find_program("py-spy", explicit)
 
 
 def maps_show_python(maps: bytes) -> bool:
