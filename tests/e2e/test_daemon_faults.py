@@ -185,18 +185,7 @@ def test_py_spy_dies_with_a_sigkilled_daemon(start_daemon: Callable[..., Daemon]
         c.attach([t.pid])
         c.send(Stack(99, t.pid, True))  # a fresh stack: py-spy starts (the reply never comes)
         hung = _read_pid_from(fifo, 15)
-    pidfd = os.pidfd_open(hung)  # pinned while it runs: readable once it has exited
-    try:
-        # The stand-in wrote its PID before its exec: wait for the exec, not a race with it.
-        poll("the stand-in py-spy runs sleep", lambda: os.readlink(f"/proc/{hung}/exe").endswith("sleep"))
-        d.proc.kill()
-        d.proc.wait(10)
-        exited, _, _ = select.select([pidfd], [], [], 10)
-        assert exited, f"py-spy ({hung}) outlived the SIGKILLed daemon"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        os.close(pidfd)
+    _dies_with_the_daemon(d, hung, "py-spy")
 
 
 def test_austin_dies_with_a_sigkilled_daemon(start_daemon: Callable[..., Daemon],
@@ -214,13 +203,19 @@ def test_austin_dies_with_a_sigkilled_daemon(start_daemon: Callable[..., Daemon]
         poll("a first tick read the target", lambda: any(p.pid == t.pid and p.rss_bytes for p in c.list()))
         t.do("alloc 64")  # 64 MiB between two ticks: a burst starts
         hung = _read_pid_from(fifo, 15)
-    pidfd = os.pidfd_open(hung)
+    _dies_with_the_daemon(d, hung, "austin")
+
+
+def _dies_with_the_daemon(d: Daemon, hung: int, what: str) -> None:
+    """SIGKILL the daemon; the stand-in ``what`` (PID ``hung``) must exit too."""
+    pidfd = os.pidfd_open(hung)  # pinned while it runs: readable once it has exited
     try:
-        poll("the stand-in austin runs sleep", lambda: os.readlink(f"/proc/{hung}/exe").endswith("sleep"))
+        # The stand-in wrote its PID before its exec: wait for the exec, not a race with it.
+        poll(f"the stand-in {what} runs sleep", lambda: os.readlink(f"/proc/{hung}/exe").endswith("sleep"))
         d.proc.kill()
         d.proc.wait(10)
         exited, _, _ = select.select([pidfd], [], [], 10)
-        assert exited, f"austin ({hung}) outlived the SIGKILLed daemon"
+        assert exited, f"{what} ({hung}) outlived the SIGKILLed daemon"
     finally:
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
