@@ -200,7 +200,7 @@ def test_austin_dies_with_a_sigkilled_daemon(start_daemon: Callable[..., Daemon]
     t = make_target()
     with d.client() as c:
         c.attach([t.pid])
-        poll("a first tick read the target", lambda: any(p.pid == t.pid and p.rss_bytes for p in c.list()))
+        c.stack(t.pid)  # its first stack: the daemon follows its memory from here on
         t.do("alloc 64")  # 64 MiB between two ticks: a burst starts
         hung = _read_pid_from(fifo, 15)
     _dies_with_the_daemon(d, hung, "austin")

@@ -130,6 +130,8 @@ class StackCollector:
         if ps is None:
             ps = self.stacks[w.key] = ProcessStacks()
             self._watched[w.key] = w
+            if w.rss:  # its first reading: growth from here on is measured at the next tick that
+                ps.on_tick(time.time(), w.rss + (w.vram or 0))  # re-reads it (an idle process is not re-read)
         return ps
 
     def _set_state(self, w: Watched, state: str, message: str | None) -> None:
