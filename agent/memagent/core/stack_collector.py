@@ -7,9 +7,9 @@ time and at most ``budget`` per second, highest priority first (on demand, new p
 growth, rotation). A slow or failing py-spy therefore never delays a memory tick.
 
 While a process grows (a tick saw it rise by ``SAMPLING_MIN``), a *burst*: Austin
-attached for ``SAMPLING_WINDOW`` s at 100 Hz (:func:`memagent.proc.austin.sample`), its
+attached for 5 s at 100 Hz (:func:`memagent.proc.austin.sample`), its
 rounds credited as they arrive (:meth:`ProcessStacks.record_round`), renewed while the
-growth goes on; at most ``MAX_BURSTS`` processes at once. ``[stacks] sampler = "dumps"``
+growth goes on (:mod:`memagent.core.bursts`). ``[stacks] sampler = "dumps"``
 takes py-spy dumps back to back instead (10/s: measured to slow an allocating target by
 ~10 %, kept to compare); ``"off"``: no bursts.
 """
@@ -30,9 +30,10 @@ from memproto.vocabulary import StackState, StackTrigger
 
 from ..config import StackConfig
 from ..errors import MemagentError
-from ..proc import austin, pyspy
-from ..proc.austin import SampleRound, find_austin
+from ..proc import pyspy
+from ..proc.austin import find_austin
 from ..proc.pyspy import ADVICE, find_py_spy
+from .bursts import BURST_INTERVAL_MS, BURST_SECONDS, Bursts
 from .process_stacks import (
     DEMAND,
     GROWTH,
@@ -59,13 +60,6 @@ Key = tuple[int, int]
 SAMPLING_WINDOW = 3.0
 SAMPLING_MIN = 1024 * 1024
 SAMPLING_FACTOR = 2.5
-#: Austin bursts: processes sampled at once, at most; the interval between two samples;
-#: how long a burst lasts (renewed while the growth goes on); how long after a burst that
-#: found no interpreter (a process still starting, not Python) the next may start.
-MAX_BURSTS = 8
-BURST_INTERVAL_MS = 10
-BURST_SECONDS = 5.0
-BURST_RETRY = 30.0
 
 
 class StackCollector:
@@ -73,10 +67,7 @@ class StackCollector:
         self.config = config
         self.py_spy = find_py_spy(config.py_spy) if config.enabled else None
         self.austin = find_austin(config.austin) if config.enabled and config.sampler == "austin" else None
-        #: Austin bursts running, by process; and when each process may have its next.
-        self._bursts: dict[Key, asyncio.Task[None]] = {}
-        self._burst_retry: dict[Key, float] = {}
-        self.bursts_started = 0
+        self.bursts = Bursts(self.austin, lambda w, dump: self.on_peak_stack(w, dump))
         self.on_state = on_state or (lambda w, message: None)
         #: Told of each new stack at a process's peak (the flight recorder keeps them).
         self.on_peak_stack: Callable[[Watched, StackDump], None] = lambda w, dump: None
@@ -147,7 +138,7 @@ class StackCollector:
         """``changed``: the processes whose memory was re-read this tick (the others did not
         move, so they cannot have grown)."""
         for w in exited:
-            self._stop_burst(w.key)
+            self.bursts.stop(w.key)
             if w.key in self.stacks:
                 self._set_state(w, StackState.EXITED, ADVICE[StackState.EXITED])
         threshold = self.config.growth_threshold
@@ -166,7 +157,7 @@ class StackCollector:
                 continue
             if ps.state in StackState.FINAL:
                 continue
-            if w.key in self._bursts:
+            if self.bursts.running(w.key):
                 pass  # the sampler has its stacks, a hundred a second
             elif peak > self._peaks.get(w.key, 0) and delta > 0:
                 self.request(w, PEAK)
@@ -182,8 +173,7 @@ class StackCollector:
     def _rotate(self, now: float, alive: list[Watched], entries: Collection[Key]) -> None:
         """Once a second: forget detached processes; queue the stalest Python process."""
         for key in [k for k in self.stacks if k not in entries]:
-            self._stop_burst(key)
-            self._burst_retry.pop(key, None)
+            self.bursts.forget(key)
             del self.stacks[key]
             self._watched.pop(key, None)
             self._peaks.pop(key, None)
@@ -206,63 +196,7 @@ class StackCollector:
         if sampler != "austin":
             return
         ps.sampling_until = time.time() + BURST_SECONDS
-        if (w.key in self._bursts or len(self._bursts) >= MAX_BURSTS
-                or time.monotonic() < self._burst_retry.get(w.key, 0.0)):
-            return
-        with contextlib.suppress(RuntimeError):  # no running loop: a tick outside the agent (tests)
-            task = asyncio.get_running_loop().create_task(self._burst(w, ps))
-            self._bursts[w.key] = task
-            self.bursts_started += 1
-
-    def _stop_burst(self, key: Key) -> None:
-        task = self._bursts.pop(key, None)
-        if task is not None:
-            task.cancel()
-
-    async def _burst(self, w: Watched, ps: ProcessStacks) -> None:
-        """Austin on ``w`` for as long as it grows (``sampling_until``), window after window."""
-        assert self.austin is not None
-        me = asyncio.current_task()
-        ps.sampled = True
-        try:
-            while w.alive and time.time() < ps.sampling_until:
-                end = await self._window(w, ps)
-                if not end.rounds:  # not Python (yet), gone, refused: not again for a while
-                    self._burst_retry[w.key] = time.monotonic() + BURST_RETRY
-                    log.debug("no austin samples of %d: %s", w.pid, end.error)
-                    break
-        finally:
-            ps.sampled, ps.prev_round = False, {}
-            if self._bursts.get(w.key) is me:
-                del self._bursts[w.key]
-
-    async def _window(self, w: Watched, ps: ProcessStacks) -> austin.BurstEnd:
-        """One Austin run: its rounds credited as they come."""
-        assert self.austin is not None
-        change, at_start = 0, w.rss
-        cpu: dict[int, int] = {}
-
-        def on_round(rnd: SampleRound, start: int | None) -> None:
-            nonlocal change, cpu  # the RSS: Austin's at attach (else ours), plus every change since
-            change += rnd.rss_change
-            ran = None
-            try:  # which threads ran since the round before (a GIL-waiter is sampled idle, yet runs)
-                now_cpu = w.handle.threads_cpu(t.tid for t in rnd.threads)
-                ran = {tid: ns - cpu[tid] for tid, ns in now_cpu.items() if tid in cpu} if cpu else None
-                cpu = now_cpu
-            except MemagentError:
-                if not w.handle.alive():  # gone: its PID may be another process's by now
-                    return
-            dump = ps.record_round(rnd, (start if start is not None else at_start) + change, w.vram, time.time(), ran)
-            if dump is not None:
-                self.on_peak_stack(w, dump)
-
-        try:
-            return await asyncio.wait_for(
-                austin.sample(self.austin, w.pid, BURST_SECONDS, BURST_INTERVAL_MS, on_round), BURST_SECONDS + 10)
-        except asyncio.TimeoutError:
-            log.warning("austin on %d did not end in time: killed", w.pid)
-            return austin.BurstEnd(0, error="austin hung")
+        self.bursts.start(w, ps)
 
     # ------------------------------------------------------------------ queue
 
@@ -325,8 +259,7 @@ class StackCollector:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         finally:
-            tasks = list(self._tasks) + list(self._bursts.values())
-            self._bursts.clear()
+            tasks = list(self._tasks) + self.bursts.take_all()
             for task in tasks:
                 task.cancel()
             # Wait for them (each reaps its py-spy): nothing of ours outlives the loop.

@@ -91,7 +91,7 @@ class StatusReport:
             gpu_source_note=self.gpu.source_note,
             stack_sampler=self.stacks.sampler,
             stack_sampler_note=self.stacks.sampler_note,
-            sampler_bursts=self.stacks.bursts_started,
+            sampler_bursts=self.stacks.bursts.started,
         )
 
 
