@@ -20,7 +20,7 @@ CASES = {
     "docker-v2-systemd": CgroupIdentity(f"docker-{ID}.scope", "docker", ID, "docker"),
     "docker-v2-cgroupfs": CgroupIdentity(None, "docker", ID, "docker"),
     "podman-v2-rootful": CgroupIdentity(f"libpod-{ID}.scope", "podman", ID, "podman"),
-    "podman-v2-rootless-nested": CgroupIdentity(f"libpod-{ID}.scope", "podman", ID, "podman"),
+    "podman-v2-rootless-nested": CgroupIdentity(f"libpod-{ID}.scope", "podman", ID, "podman", user=1000),
     "podman-v2-conmon": CgroupIdentity(f"libpod-conmon-{ID}.scope"),
     "podman-v1-cgroupfs": CgroupIdentity(None, "podman", ID, "podman"),
     "nerdctl-v2-systemd": CgroupIdentity(f"nerdctl-{ID}.scope", "containerd", ID, "containerd"),

@@ -4,6 +4,8 @@ JSON trimmed to the keys around the name, as they appear in real files)."""
 from __future__ import annotations
 
 import json
+import os
+import pwd
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,19 @@ def test_podman_and_cri_o_storage_list(tmp_path: Path) -> None:
         {"id": ID, "names": ["whisper", "alias"], "image": "i", "layer": "l", "metadata": "{}"}])
     assert container_name(str(tmp_path), "podman", "podman", ID) == "whisper"
     assert container_name(str(tmp_path), "cri-o", "cri-o", ID) == "whisper"
+
+
+def test_rootless_podman_is_named_from_its_users_own_storage_only(tmp_path: Path) -> None:
+    me = pwd.getpwuid(os.getuid())  # a user that exists, with a home, as the daemon's lookup needs
+    put(tmp_path, f"{me.pw_dir.lstrip('/')}/.local/share/containers/storage/overlay-containers/containers.json",
+        [{"id": ID, "names": ["rootless-whisper"], "image": "i", "layer": "l"}])
+    put(tmp_path, "var/lib/containers/storage/overlay-containers/containers.json",
+        [{"id": ID, "names": ["system-says-otherwise"], "image": "i", "layer": "l"}])
+    assert container_name(str(tmp_path), "podman", "podman", ID, me.pw_uid) == "rootless-whisper"
+    assert container_name(str(tmp_path), "podman", "podman", ID) == "system-says-otherwise"
+    assert container_name(str(tmp_path), "podman", "podman", OTHER, me.pw_uid) is None
+    unknown = max(u.pw_uid for u in pwd.getpwall()) + 1
+    assert container_name(str(tmp_path), "podman", "podman", ID, unknown) is None  # no such user: no name
 
 
 def test_containerd_pod_in_k3s_tree(tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ class ContainerNames:
             cid = identity.container_id
             if self.root is None or cid is None or identity.runtime is None or self.cached(cid) is not None:
                 continue
-            name = container_name(self.root, identity.runtime, identity.engine, cid)
+            name = container_name(self.root, identity.runtime, identity.engine, cid, identity.user)
             with self._lock:
                 self._names[cid] = name
                 self._tried[cid] = time.monotonic()
@@ -85,7 +85,7 @@ class ContainerNames:
         root = self.root or "/"
         while (identity := self._queue.get()) is not None:
             assert identity.runtime is not None and identity.container_id is not None
-            name = container_name(root, identity.runtime, identity.engine, identity.container_id)
+            name = container_name(root, identity.runtime, identity.engine, identity.container_id, identity.user)
             log.debug("container %s (%s): name %r", identity.container_id[:12], identity.runtime, name)
             with self._lock:
                 self._names[identity.container_id] = name

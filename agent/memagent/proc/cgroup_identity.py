@@ -10,7 +10,8 @@ knows (``tests/proc/test_cgroup_identity.py`` holds one fixture of each):
   v1 and v2);
 * Podman: ``libpod-<ID>.scope`` (rootful and rootless, also with a nested
   ``/container`` cgroup) or ``/libpod_parent/libpod-<ID>`` (cgroupfs); ``conmon``'s own
-  ``libpod-conmon-<ID>.scope`` is a unit, not the container;
+  ``libpod-conmon-<ID>.scope`` is a unit, not the container. Rootless: under the user's
+  ``user@<UID>.service``, whose UID says whose storage names it (``user``);
 * containerd and CRI-O: ``cri-containerd-<ID>.scope``, ``nerdctl-<ID>.scope``,
   ``crio-<ID>.scope``;
 * Kubernetes pods: ``kubepods[-QOS]-pod<UID>.slice/<runtime>-<ID>.scope`` (systemd
@@ -40,6 +41,8 @@ _LIBPOD_PLAIN = re.compile(r"libpod-([0-9a-f]{64})")
 _ID = re.compile(r"[0-9a-f]{64}")
 _POD = re.compile(r"(?:kubepods(?:-[a-z]+)*-)?pod([0-9a-fA-F_-]{36})(?:\.slice)?")
 _UNIT = re.compile(r".+\.(?:service|scope)")
+#: systemd's per-user manager: its subtree is delegated to that user (rootless engines).
+_USER_MANAGER = re.compile(r"user@(\d{1,10})\.service")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,9 @@ class CgroupIdentity:
     engine: str | None = None
     #: A Kubernetes pod's UID (with dashes), or None.
     pod_uid: str | None = None
+    #: A rootless container's user: the UID of the outermost ``user@<UID>.service`` above
+    #: it (set by systemd, not by the user); None for a container of the system's.
+    user: int | None = None
 
 
 def cgroup_path(cgroup: str | None) -> str | None:
@@ -98,4 +104,5 @@ def parse_cgroup_identity(path: str | None) -> CgroupIdentity:
         return CgroupIdentity(unit, "kubernetes", container_id, engine, pod.group(1).replace("_", "-").lower())
     if engine is None:
         return CgroupIdentity(unit=unit)
-    return CgroupIdentity(unit, engine, container_id, engine)
+    manager = next((m for m in map(_USER_MANAGER.fullmatch, parts[:at]) if m), None)
+    return CgroupIdentity(unit, engine, container_id, engine, user=int(manager.group(1)) if manager else None)

@@ -7,6 +7,9 @@ config.v2.json`` (``Name``), Podman (and CRI-O) in containers/storage's
 OCI bundle, ``/run/[k3s/]containerd/io.containerd.runtime.v2.task/<NAMESPACE>/<ID>/
 config.json`` (the CRI annotations of a pod's container, nerdctl's ``nerdctl/name``),
 CRI-O in ``/run/containers/storage/overlay-containers/<ID>/userdata/config.json``.
+Rootless Podman keeps its storage in its user's home,
+``~/.local/share/containers/storage`` (the user from the cgroup path: only that user's
+file names that user's containers).
 
 Every path is under ``root`` (``/`` on a box; a fixture tree in the tests). A file that
 is missing, unreadable, too big or not the JSON expected gives None, never an error:
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 from typing import Any
 
 #: A runtime file larger than this is not read (an OCI spec is tens of KiB).
@@ -29,6 +33,8 @@ STORAGE = ("var/lib/containers/storage/overlay-containers/containers.json",
            "run/containers/storage/overlay-containers/containers.json")
 CONTAINERD_TASKS = ("run/containerd/io.containerd.runtime.v2.task", "run/k3s/containerd/io.containerd.runtime.v2.task")
 CRIO = "run/containers/storage/overlay-containers/{id}/userdata/config.json"
+#: Under a rootless user's home (``$XDG_DATA_HOME`` elsewhere is not known to the daemon).
+ROOTLESS_STORAGE = ".local/share/containers/storage/overlay-containers/containers.json"
 
 #: Annotations (OCI spec) that name a pod's container: CRI (containerd), then CRI-O.
 _POD_KEYS = (("io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.sandbox-name",
@@ -56,9 +62,10 @@ def docker_name(root: str, container_id: str) -> str | None:
     return name.lstrip("/") or None if name else None
 
 
-def storage_name(root: str, container_id: str) -> str | None:
-    """Podman's (and CRI-O's) name from containers/storage's list of containers."""
-    for relative in STORAGE:
+def storage_name(root: str, container_id: str, user: int | None = None) -> str | None:
+    """Podman's (and CRI-O's) name from containers/storage's list of containers: the
+    system's, or for a rootless container (``user``) only that user's."""
+    for relative in STORAGE if user is None else _rootless(user):
         listing = _json(root, relative)
         for entry in listing if isinstance(listing, list) else ():
             if isinstance(entry, dict) and entry.get("id") == container_id:
@@ -66,6 +73,14 @@ def storage_name(root: str, container_id: str) -> str | None:
                 if isinstance(names, list) and names and _text(names[0]):
                     return str(names[0])
     return None
+
+
+def _rootless(user: int) -> tuple[str, ...]:
+    try:
+        home = pwd.getpwuid(user).pw_dir
+    except (KeyError, OverflowError):
+        return ()
+    return (os.path.join(home.lstrip("/"), ROOTLESS_STORAGE),) if home.startswith("/") else ()
 
 
 def _annotations(spec: object) -> dict[str, Any]:
@@ -99,13 +114,15 @@ def crio_name(root: str, container_id: str) -> str | None:
     return _named(_annotations(_json(root, CRIO.format(id=container_id))))
 
 
-def container_name(root: str, runtime: str, engine: str | None, container_id: str) -> str | None:
+def container_name(root: str, runtime: str, engine: str | None, container_id: str,
+                   user: int | None = None) -> str | None:
     """The name people use for the container: Docker's and Podman's own, a pod's
-    ``namespace/pod/container``; None when its engine's files do not say."""
+    ``namespace/pod/container``; None when its engine's files do not say. ``user``: a
+    rootless container's UID (:class:`memagent.proc.cgroup_identity.CgroupIdentity`)."""
     if runtime == "docker":
         return docker_name(root, container_id)
     if runtime == "podman":
-        return storage_name(root, container_id)
+        return storage_name(root, container_id, user)
     if runtime == "containerd":
         return containerd_name(root, container_id)
     if runtime == "cri-o":
