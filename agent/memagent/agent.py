@@ -177,10 +177,14 @@ class Agent:
         # Restored before any request is served (no await in between): the first `ls` sees it.
         keeper = None
         if self.state is not None:
-            back, gone = restore(self.registry, self.state.load(), time.time())
-            if back or gone:
-                log.info("restored from %s: %d processes watched again, %d exited", self.state.path, back, gone)
-            keeper = StateKeeper(self.state, self.registry)
+            saved, rules = self.state.load()
+            for rule in rules:  # before the entries: a rule's processes started meanwhile get its label
+                self.groups.add(rule)
+            back, gone = restore(self.registry, saved, time.time())
+            if back or gone or rules:
+                log.info("restored from %s: %d processes watched again, %d exited, %d group rules", self.state.path,
+                         back, gone, len(rules))
+            keeper = StateKeeper(self.state, self.registry, self.groups)
         await self.recorder.start()  # its first segment opens with what was restored
         recorder = asyncio.ensure_future(self.recorder.run())
         loop = asyncio.get_running_loop()

@@ -88,6 +88,10 @@ class Detach(Frame):
     pids: list[int]
     #: Also detach every exited process the caller may see.
     exited: bool = False
+    #: v1.7: end the rule of ``attach`` for this group, and detach its processes now.
+    cgroup: str | None = None
+    unit: str | None = None
+    container: str | None = None
 
 
 @wire
@@ -171,6 +175,8 @@ class DetachOk(Frame):
     id: int
     detached: list[ProcessRef]
     failed: list[Failure]
+    #: v1.7: group rules ended (``detach`` with cgroup, unit or container).
+    rules_ended: int = 0
 
 
 @wire

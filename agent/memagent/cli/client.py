@@ -185,8 +185,9 @@ class Client:
                cgroup: str | None = None, unit: str | None = None, container: str | None = None) -> AttachOk:
         return self.request(Attach(self._id(), pids, label, children, cgroup, unit, container), AttachOk)
 
-    def detach(self, pids: list[int], exited: bool = False) -> DetachOk:
-        return self.request(Detach(self._id(), pids, exited), DetachOk)
+    def detach(self, pids: list[int], exited: bool = False, *,
+               cgroup: str | None = None, unit: str | None = None, container: str | None = None) -> DetachOk:
+        return self.request(Detach(self._id(), pids, exited, cgroup, unit, container), DetachOk)
 
     def reset_peaks(self, pids: list[int], kernel: bool = False) -> ResetPeaksOk:
         return self.request(ResetPeaks(self._id(), pids, kernel), ResetPeaksOk)

@@ -6,6 +6,7 @@ per-PID failures are reported here (:func:`.report.results`)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from memproto.records import DaemonStatus
 from memproto.schema import to_wire
@@ -42,12 +43,20 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def cmd_detach(args: argparse.Namespace) -> int:
-    if not args.pids and not args.exited:
-        raise UsageError("memagent detach", "give PIDs or --exited")
+    group = next(((k, v) for k in ("cgroup", "unit", "container") if (v := getattr(args, k)) is not None), None)
+    if not args.pids and not args.exited and group is None:
+        raise UsageError("memagent detach", "give PIDs, --exited, --cgroup, --unit or --container")
     with _connect(args) as c:
-        reply = c.detach(args.pids, args.exited)
+        reply = c.detach(args.pids, args.exited, **dict([group] if group else []))
+    lines = [f"detached {r.pid}" for r in reply.detached]
+    if group is not None:
+        if not reply.rules_ended and not reply.detached:
+            print(f"memagent detach: no rule of yours and no watched process for --{group[0]} "
+                  f"{printable(group[1])}", file=sys.stderr)
+            return EXIT_FAILED
+        lines.append(f"ended {reply.rules_ended} --{group[0]} rule(s) for {printable(group[1])}")
     return results(args.json, "detached", [{"pid": r.pid, "start_time": r.start_time} for r in reply.detached],
-                   [f"detached {r.pid}" for r in reply.detached], reply.failed)
+                   lines, reply.failed)
 
 
 def cmd_reset_peaks(args: argparse.Namespace) -> int:

@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     dt = sub.add_parser("detach", parents=client, help="stop watching processes")
     dt.add_argument("pids", nargs="*", type=_pid, metavar="PID")
     dt.add_argument("--exited", action="store_true", help="also every exited process")
+    ends = dt.add_mutually_exclusive_group()
+    for kind, metavar in (("cgroup", "PATH"), ("unit", "NAME"), ("container", "NAME|ID")):
+        ends.add_argument(f"--{kind}", metavar=metavar, help=f"end the attach --{kind} rule (yours; any as root) "
+                          "and stop watching its processes")
 
     r = sub.add_parser("reset-peaks", parents=client, help="start a new peak window")
     r.add_argument("pids", nargs="+", type=_pid, metavar="PID")

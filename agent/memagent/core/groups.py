@@ -3,7 +3,9 @@
 ``memagent attach --cgroup PATH | --unit NAME | --container NAME|ID`` watches every process
 in it now, and keeps a :class:`GroupRule` so that the scan (:mod:`memagent.core.autoattach`)
 attaches the ones that start later, with the label and the rights of the client that
-asked. Rules live as long as the daemon (they are not saved across restarts).
+asked. Rules are kept across restarts with the watched set (:mod:`memagent.serve.state`),
+each with its owner's rights (``owner``: the UID of the client that asked, None for one that
+sees all); ``memagent detach --cgroup/--unit/--container`` ends them.
 
 What a process is in comes from its memory cgroup path (``/proc/PID/cgroup``, one small
 read per process, only for PIDs new to the scan) through
@@ -17,14 +19,19 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
+from memproto.text import label_problem
 
 from ..errors import MemagentError
 from ..proc.cgroup_identity import CgroupIdentity, cgroup_path, parse_cgroup_identity
 from .registry import MayWatch, Registry, anyone
 
 KINDS = ("cgroup", "unit", "container")
+#: A rule's value (a path, a unit, a name) is at most this long.
+MAX_VALUE = 4096
 _ID_PREFIX = re.compile(r"[0-9a-f]{12,64}")
 
 
@@ -36,6 +43,33 @@ class GroupRule:
     #: The label came from a client that sees all (see Watched.label_trusted).
     trusted: bool = True
     may_watch: MayWatch = field(default=anyone, compare=False)
+    #: The UID of the client that asked, when it does not see all: the rule attaches its
+    #: processes only, and only it (or root, an admin) may end it. None: one that sees all.
+    owner: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "value": self.value, "label": self.label, "trusted": self.trusted,
+                "owner": self.owner}
+
+    @classmethod
+    def from_json(cls, data: object) -> GroupRule:
+        """A saved rule, checked field by field (ValueError names the first wrong one); its
+        rights are rebuilt from ``owner``."""
+        if not isinstance(data, dict):
+            raise ValueError("a rule is not an object")
+        kind, value, label = data.get("kind"), data.get("value"), data.get("label")
+        trusted, owner = data.get("trusted"), data.get("owner")
+        if kind not in KINDS or not isinstance(value, str) or not value or len(value) > MAX_VALUE:
+            raise ValueError(f"rule: kind {kind!r:.20} or value {value!r:.60}")
+        if label is not None and (not isinstance(label, str) or label_problem(label) is not None):
+            raise ValueError(f"rule label: {label!r:.60}")
+        if not isinstance(trusted, bool) or not (owner is None or (type(owner) is int and owner >= 0)):
+            raise ValueError(f"rule trusted {trusted!r:.10} or owner {owner!r:.20}")
+        return cls(kind, value, label, trusted, anyone if owner is None else _own(owner), owner)
+
+
+def _own(owner: int) -> MayWatch:
+    return lambda uid: uid == owner
 
 
 def matches(kind: str, value: str, path: str | None, identity: CgroupIdentity, name: str | None) -> bool:
@@ -61,6 +95,15 @@ class Groups:
     def add(self, rule: GroupRule) -> None:
         if rule not in self.rules:
             self.rules.append(rule)
+            self.registry.edits += 1  # saved with the watched set
+
+    def remove(self, kind: str, value: str, may_end: Callable[[GroupRule], bool]) -> int:
+        """End the rules for ``kind``/``value`` that ``may_end``; how many ended."""
+        kept = [r for r in self.rules if not (r.kind == kind and r.value == value and may_end(r))]
+        ended, self.rules = len(self.rules) - len(kept), kept
+        if ended:
+            self.registry.edits += 1
+        return ended
 
     def where(self, pid: int) -> tuple[str | None, CgroupIdentity, str | None]:
         """Its cgroup path, what that says, and its container's name if known now (a

@@ -184,7 +184,7 @@ class Dispatcher:
         attached, failed = await _each_pid(req.pids, one, pace)
         if selected:
             attached += await self._attach_group(*selected[0], one, pace, GroupRule(
-                *selected[0], req.label, trusted, may_watch))
+                *selected[0], req.label, trusted, may_watch, None if trusted else session.access.peer.uid))
         infos = [w.info() for w in attached]
         if len(infos) < 200:
             return AttachOk(req.id, infos, failed)
@@ -215,7 +215,7 @@ class Dispatcher:
             await asyncio.to_thread(lambda: names.resolve(self.groups.identities(everyone)))
         return await asyncio.to_thread(self.groups.members, kind, value, everyone)
 
-    async def detach(self, session: ClientSession, req: Detach) -> DetachOk:
+    async def detach(self, session: ClientSession, req: Detach) -> DetachOk | Error:
         may_watch = session.access.may_watch
 
         def one(pid: int) -> list[ProcessRef]:
@@ -229,10 +229,23 @@ class Dispatcher:
                 self.registry.procfs.stat(pid)  # NoSuchProcess(pid): "no such process: N"
             raise NotWatched(pid)
 
-        detached, failed = await _each_pid(req.pids, one, self.pacer.start())
+        given = [(kind, v) for kind, v in zip(KINDS, (req.cgroup, req.unit, req.container), strict=True)
+                 if v is not None]
+        if len(given) > 1 or any(not v for _, v in given):
+            return Error(req.id, ErrorCode.INVALID, "at most one of cgroup, unit, container, not empty")
+        pace = self.pacer.start()
+        detached, failed = await _each_pid(req.pids, one, pace)
+        ended = 0
+        if given:  # the group's rule (the caller's own; any, for one that sees all) and its members now
+            access = session.access
+            ended = self.groups.remove(*given[0], lambda r: access.sees_all or r.owner == access.peer.uid)
+            members = set(await self._members(*given[0]))
+            for w in [w for w in self.registry.alive if w.pid in members and may_watch(w.uid)]:
+                detached.extend(x.ref() for x in self.registry.detach(w.pid, may_watch))
+                await pace.pause()
         if req.exited:
             detached.extend(w.ref() for w in self.registry.detach_exited(may_watch))
-        return DetachOk(req.id, detached, failed)
+        return DetachOk(req.id, detached, failed, ended)
 
     async def reset_peaks(self, session: ClientSession, req: ResetPeaks) -> ResetPeaksOk:
         may_watch = session.access.may_watch

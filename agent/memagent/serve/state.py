@@ -10,13 +10,15 @@ changes nothing. The daemon holds an ``flock`` on it while it runs, so a second 
 the same directory (on another socket) is refused rather than overwriting the first's
 state and recordings.
 
-The file. Written whole, atomically: a temporary file in the directory, ``fsync``,
-``rename`` over ``state.json``, ``fsync`` of the directory, so a crash (SIGKILL, power)
-leaves the previous file or the new one, never half of one. It is written from the event
-loop, off the tick: within a second of a change of the set (attach, detach, exit,
-reset-peaks, a label), every 10 s while only peaks grow, and at shutdown. A file that
-cannot be read or understood (corrupt, truncated, another format version) is renamed
-aside (``state.json.corrupt-<time>``) with one warning line, and the daemon starts with
+The file holds the watched set and the group rules of ``attach --cgroup/--unit/
+--container`` (each with its owner's UID: restored with that user's rights only).
+Written whole, atomically: a temporary file in the directory, ``fsync``, ``rename`` over
+``state.json``, ``fsync`` of the directory, so a crash (SIGKILL, power) leaves the
+previous file or the new one, never half of one. It is written from the event loop, off
+the tick: within a second of a change of the set (attach, detach, exit, reset-peaks, a
+label), every 10 s while only peaks grow, and at shutdown. A file that cannot be read or
+understood (corrupt, truncated, another format version) is renamed aside
+(``state.json.corrupt-<time>``) with one warning line, and the daemon starts with
 nothing restored.
 """
 
@@ -31,6 +33,7 @@ import os
 import stat
 import time
 
+from ..core.groups import GroupRule, Groups
 from ..core.registry import Registry
 from ..core.restore import Saved
 from ..errors import ConfigError
@@ -99,16 +102,17 @@ class StateDir:
             os.close(self.fd)
             self.fd = -1
 
-    def load(self) -> list[Saved]:
-        """The saved entries; none when there is no file, and none (the file moved aside,
-        one warning) when it cannot be read or understood."""
+    def load(self) -> tuple[list[Saved], list[GroupRule]]:
+        """The saved entries and group rules (``attach --cgroup/--unit/--container``; absent
+        from older files); none when there is no file, and none (the file moved aside, one
+        warning) when it cannot be read or understood."""
         try:
             fd = os.open(STATE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=self.fd)
         except FileNotFoundError:
-            return []
+            return [], []
         except OSError as exc:
             self._move_aside(f"cannot be opened: {exc.strerror or exc}")
-            return []
+            return [], []
         try:
             with os.fdopen(fd, "rb") as f:
                 if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
@@ -120,13 +124,13 @@ class StateDir:
             if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
                 found = data.get("version") if isinstance(data, dict) else None
                 raise ValueError(f"format version {found!r:.20}, not {FORMAT_VERSION}")
-            entries = data.get("entries")
-            if not isinstance(entries, list):
-                raise ValueError("no list of entries")
-            return [Saved.from_json(e) for e in entries]
+            entries, rules = data.get("entries"), data.get("rules", [])
+            if not isinstance(entries, list) or not isinstance(rules, list):
+                raise ValueError("no list of entries or rules")
+            return [Saved.from_json(e) for e in entries], [GroupRule.from_json(r) for r in rules]
         except (OSError, ValueError, RecursionError) as exc:  # json.JSONDecodeError, UnicodeError: ValueError
             self._move_aside(str(exc))
-            return []
+            return [], []
 
     def _move_aside(self, why: str) -> None:
         aside = f"{STATE_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
@@ -139,10 +143,11 @@ class StateDir:
         log.warning("state file %s/%s not usable (%s): moved aside to %s; starting with nothing restored",
                     self.path, STATE_FILE, why, aside)
 
-    def save(self, saved: list[Saved]) -> None:
+    def save(self, saved: list[Saved], rules: list[GroupRule] | None = None) -> None:
         """Replace the file atomically (module doc); OSError when it could not be."""
         body = json.dumps({"version": FORMAT_VERSION, "saved_at": time.time(),
-                           "entries": [s.to_json() for s in saved]}, separators=(",", ":")).encode()
+                           "entries": [s.to_json() for s in saved],
+                           "rules": [r.to_json() for r in rules or []]}, separators=(",", ":")).encode()
         tmp = f"{STATE_FILE}.tmp"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=self.fd)  # O_EXCL below: never write through a planted file
@@ -162,9 +167,10 @@ class StateDir:
 class StateKeeper:
     """Saves the registry's state when it changed (module doc), from the event loop."""
 
-    def __init__(self, state: StateDir, registry: Registry) -> None:
+    def __init__(self, state: StateDir, registry: Registry, groups: Groups | None = None) -> None:
         self.state = state
         self.registry = registry
+        self.groups = groups
         self._edits = registry.edits
         self._peaks = self._peak_sum()
         self._saved_at = time.monotonic()
@@ -183,7 +189,8 @@ class StateKeeper:
         daemon goes on watching without it."""
         self._edits, self._peaks, self._saved_at = self.registry.edits, self._peak_sum(), time.monotonic()
         try:
-            self.state.save([Saved.of(w) for w in self.registry.entries.values()])
+            self.state.save([Saved.of(w) for w in self.registry.entries.values()],
+                            self.groups.rules if self.groups else [])
         except OSError as exc:
             if not self._failing:
                 log.warning("cannot save the state in %s: %s; retrying on the next change", self.state.path,
