@@ -99,3 +99,11 @@ def parse_cgroup_identity(path: str | None) -> CgroupIdentity:
     if engine is None:
         return CgroupIdentity(unit=unit)
     return CgroupIdentity(unit, engine, container_id, engine)
+
+
+def pod_uid(path: str | None) -> str | None:
+    """The UID of the Kubernetes pod whose own cgroup ``path`` is (its last segment is
+    ``pod<UID>`` or ``kubepods-…-pod<UID>.slice``), with dashes; None otherwise."""
+    last = (path or "").rstrip("/").rpartition("/")[2]
+    pod = _POD.fullmatch(last)
+    return pod.group(1).replace("_", "-").lower() if pod else None
