@@ -89,6 +89,8 @@ def status_lines(status: DaemonStatus) -> list[str]:
                  + (f" ({printable(status.recording_note)})" if status.recording_note else ""))
     if status.pressure is not None:
         lines.append(f"memory pressure (PSI some avg10): {status.pressure:.1f}%")
+    for fault in status.faults:
+        lines.append(f"fault: {printable(fault)}")
     for a in status.alerts_active:
         lines.append(f"ALERT {printable(a.severity)} {printable(a.kind)} [{printable(a.resource)}]: "
                      f"{printable(a.message)}")
