@@ -169,3 +169,21 @@ async def test_a_v1_containers_limit(proc_tree: ProcTree, registry: Registry, tm
             (f"docker {ID[:12]}", 256 * MiB, 10 * MiB, 246 * MiB)
     finally:
         box.engine.close()
+
+
+async def test_a_leak_in_a_container_is_timed_against_the_containers_headroom(v2: Box) -> None:
+    """1 MiB/s from 200 MiB in a 1 GiB container whose unwatched processes use 370 MiB:
+    what is left of its headroom (~424 MiB) is gone in ~7 min, a critical leak; against
+    the host's 16 GiB it would be hours, a warning."""
+    t0 = 10_000.0
+    v2.start(5001, 200 * MiB, f"0::{DOCKER}")
+    leaks: list[Alert] = []
+    for t in range(60):
+        rss = 200 * MiB + max(0, t - 10) * MiB
+        v2.tree.set_memory(5001, rss)
+        v2.tree.set_smaps_rollup(5001, rss, rss)
+        await v2.tick(t0 + t)
+        leaks += [a for a in v2.delivered if a.kind == "leak" and a not in leaks]
+    alert = leaks[0]
+    assert (alert.pid, alert.severity) == (5001, "critical")
+    assert alert.eta_seconds is not None and 6 * 60 < alert.eta_seconds < 8 * 60
