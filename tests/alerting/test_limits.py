@@ -187,3 +187,17 @@ async def test_a_leak_in_a_container_is_timed_against_the_containers_headroom(v2
     alert = leaks[0]
     assert (alert.pid, alert.severity) == (5001, "critical")
     assert alert.eta_seconds is not None and 6 * 60 < alert.eta_seconds < 8 * 60
+
+
+async def test_a_sigkill_in_a_full_container_is_an_inferred_oom_kill(v2: Box) -> None:
+    """The container near its limit, the box relaxed: a SIGKILL there is taken for the
+    OOM killer's (the host's ratio alone would say a plain kill -9)."""
+    v2.start(5001, 950 * MiB, f"0::{DOCKER}")
+    v2.write(f"{DOCKER}/memory.current", f"{1050 * MiB}\n")
+    await v2.tick(1000.0)
+    await v2.tick(1000.5)
+    assert [(a.kind, a.resource) for a in v2.delivered] == [("headroom", f"cgroup:{DOCKER}")]
+    v2.tree.exit(5001, signal=9)
+    await v2.tick(1001.0)
+    (oom,) = [a for a in v2.delivered if a.kind == "oom-kill"]
+    assert (oom.pid, oom.source) == (5001, "inferred")
