@@ -210,8 +210,8 @@ def renderer_lines() -> list[str]:
     h = Histogram()
     rows = tuple(ProcessFigures(10_000 + i, f"python{i % 10}", f"label{i % 5}", (100 + i) << 20, (200 + i) << 20,
                                 None, None, 0.0, True) for i in range(N))
-    snap = Snapshot(False, rows, (HeadroomFigures("host", 1 << 30, 1 << 34, 1 / 16),), (), 0.9, (), (), N,
-                    TickFigures(h.bounds, h.cumulative(), 0, 0.0), 0)
+    host = HeadroomFigures("host", "host memory", 1 << 30, 1 << 34, 1 / 16)
+    snap = Snapshot(False, rows, (host,), (), 0.9, (), (), N, TickFigures(h.bounds, h.cumulative(), 0, 0.0), 0)
 
     class Collector:
         def collect(self) -> list[GaugeMetricFamily]:

@@ -162,7 +162,7 @@ class Contributor:
 class Headroom:
     """Would the peaks fit? For the host or one GPU (v1.3); see docs/headroom.md."""
 
-    #: "host", or the GPU's UUID.
+    #: "host", the GPU's UUID, or (v1.7) "cgroup:PATH", a memory cgroup's limit.
     resource: str
     name: str
     capacity_bytes: int
@@ -170,7 +170,7 @@ class Headroom:
     sum_peaks_bytes: int
     #: sum_peaks / capacity; nil when the capacity is 0.
     ratio: float | None
-    #: Total memory (or the cgroup limit, or the GPU's total) the capacity comes from.
+    #: Total memory (or the GPU's total, or the cgroup's limit) the capacity comes from.
     limit_bytes: int
     reserve_bytes: int
     #: What processes that are not watched use now.

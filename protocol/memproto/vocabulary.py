@@ -55,6 +55,15 @@ class AlertKind:
     OOM_KILL: Final = "oom-kill"
 
 
+class Resource:
+    """``Headroom.resource`` (and a ``headroom`` alert's): the host, a GPU's UUID, or a
+    memory cgroup with a limit (v1.7), ``cgroup:`` then its path as /proc/PID/cgroup
+    shows it (``cgroup:/system.slice/docker-<ID>.scope``)."""
+
+    HOST: Final = "host"
+    CGROUP_PREFIX: Final = "cgroup:"
+
+
 class AlertState:
     """``Alert.state``."""
 

@@ -6,14 +6,21 @@ from __future__ import annotations
 import pytest
 from proctree import GiB, MiB, ProcTree
 
-from memagent.alerting.headroom import HostInputs, contribution, gpu_headroom, host_headroom
+from memagent.alerting.headroom import (
+    CgroupInputs,
+    HostInputs,
+    cgroup_headroom,
+    contribution,
+    gpu_headroom,
+    host_headroom,
+)
 from memagent.config import HeadroomConfig
 from memagent.core.registry import Registry
 from memagent.core.watched import Watched
 from memagent.proc.nvml import DeviceReading
 from memproto.records import Contributor, GpuUse
 
-HOST = HostInputs(total=32 * GiB, available=24 * GiB, cgroup_limit=None)  # 8 GiB used
+HOST = HostInputs(total=32 * GiB, available=24 * GiB)  # 8 GiB used
 
 
 def watch(registry: Registry, tree: ProcTree, pid: int, rss: int, peak: int | None = None, shared: int = 0,
@@ -37,17 +44,31 @@ def test_a_configured_capacity_is_used_as_is(proc_tree: ProcTree, registry: Regi
     assert view.unwatched_bytes == 8 * GiB - (300 + 150) * MiB
 
 
-@pytest.mark.parametrize(("cgroup_limit", "limit"), [(None, 32 * GiB), (16 * GiB, 16 * GiB), (64 * GiB, 32 * GiB)])
-def test_a_derived_capacity_is_limit_minus_reserve_minus_unwatched(
-    proc_tree: ProcTree, registry: Registry, cgroup_limit: int | None, limit: int
-) -> None:
-    """The limit is total memory, or the shared cgroup's limit when smaller."""
+def test_a_derived_capacity_is_limit_minus_reserve_minus_unwatched(proc_tree: ProcTree, registry: Registry) -> None:
+    """The limit is total memory (a cgroup's limit is a resource of its own, below)."""
+    limit = 32 * GiB
     a = watch(registry, proc_tree, 5001, 1 * GiB, peak=2 * GiB)
-    view = host_headroom(HostInputs(32 * GiB, 24 * GiB, cgroup_limit), [a], HeadroomConfig(host_reserve=256 * MiB))
+    view = host_headroom(HostInputs(32 * GiB, 24 * GiB), [a], HeadroomConfig(host_reserve=256 * MiB))
     assert not view.configured
     assert (view.limit_bytes, view.reserve_bytes, view.unwatched_bytes) == (limit, 256 * MiB, 7 * GiB)
     assert view.capacity_bytes == limit - 256 * MiB - 7 * GiB
     assert view.ratio == pytest.approx(2 * GiB / view.capacity_bytes)
+
+
+@pytest.mark.parametrize(("used", "unwatched"), [(600 * MiB, 150 * MiB), (300 * MiB, 0), (None, 0)])
+def test_a_cgroup_limit_is_judged_against_what_its_unwatched_processes_use(
+    proc_tree: ProcTree, registry: Registry, used: int | None, unwatched: int
+) -> None:
+    """capacity = limit - (working set - the watched processes' own part now), no reserve;
+    a working set below that part (pages charged elsewhere) or unknown: 0 unwatched."""
+    a = watch(registry, proc_tree, 5001, 300 * MiB, peak=500 * MiB)
+    b = watch(registry, proc_tree, 5002, 200 * MiB, peak=250 * MiB, shared=50 * MiB)
+    view = cgroup_headroom(CgroupInputs("cgroup:/docker/x", "docker web", 1 * GiB, used), [a, b])
+    assert (view.resource, view.name, view.limit_bytes, view.reserve_bytes) == ("cgroup:/docker/x", "docker web",
+                                                                                1 * GiB, 0)
+    assert (view.unwatched_bytes, view.capacity_bytes) == (unwatched, 1 * GiB - unwatched)
+    assert view.sum_peaks_bytes == 500 * MiB + 200 * MiB and not view.configured
+    assert view.top == [Contributor(5001, "worker-5001", 500 * MiB), Contributor(5002, "worker-5002", 200 * MiB)]
 
 
 def test_the_contribution_is_the_peak_less_the_shared_part(proc_tree: ProcTree, registry: Registry) -> None:
@@ -120,8 +141,8 @@ def test_on_unified_memory_gpu_peaks_count_in_the_host_headroom(proc_tree: ProcT
     a.set_vram([GpuUse(0, "nvmap", 1 * GiB)], {})
     b.set_vram([], {})  # none
     config = HeadroomConfig(host_reserve=0)
-    split = host_headroom(HostInputs(32 * GiB, 24 * GiB, None), [a, b], config)
-    unified = host_headroom(HostInputs(32 * GiB, 24 * GiB, None, unified=True), [a, b], config)
+    split = host_headroom(HostInputs(32 * GiB, 24 * GiB), [a, b], config)
+    unified = host_headroom(HostInputs(32 * GiB, 24 * GiB, unified=True), [a, b], config)
     assert split.sum_peaks_bytes == 2 * GiB + 512 * MiB
     assert unified.sum_peaks_bytes == 2 * GiB + 3 * GiB + 512 * MiB
     # 8 GiB used: 1.5 GiB RSS watched; unified, a's 1 GiB on the GPU is watched too.

@@ -24,6 +24,7 @@ from memagent.serve.metrics_snapshot import (
 
 MiB = 1024 * 1024
 GPU = "GPU-5e1d2c3b-aaaa-bbbb-cccc-0123456789ab"
+CGROUP = "cgroup:/system.slice/docker-3f1c5e2a9b7d4c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5a6.scope"
 
 
 def snapshot(**changes: object) -> Snapshot:
@@ -37,8 +38,9 @@ def snapshot(**changes: object) -> Snapshot:
             ProcessFigures(102, "python3", "trainer", 100 * MiB, 120 * MiB, None, None, 0.0, False),
             ProcessFigures(103, "nginx", "", 10 * MiB, 11 * MiB, 0, 0, 0.0, True),
         ),
-        headroom=(HeadroomFigures("host", 631 * MiB, 8192 * MiB, 631 / 8192),
-                  HeadroomFigures(GPU, 4096 * MiB, 0, None)),
+        headroom=(HeadroomFigures("host", "host memory", 631 * MiB, 8192 * MiB, 631 / 8192),
+                  HeadroomFigures(GPU, "GPU 0 NVIDIA A100", 4096 * MiB, 0, None),
+                  HeadroomFigures(CGROUP, "docker web", 200 * MiB, 256 * MiB, 200 / 256)),
         firing=(("budget", "trainer", "warning"), ("headroom", "host", "critical")),
         warn_fraction=0.9,
         budgets=(("trainer", 600 * MiB),),
@@ -78,6 +80,9 @@ def test_every_metric_reads_back_as_given(openmetrics: bool) -> None:
     assert got[key("memagent_headroom_ratio", resource="host")] == pytest.approx(631 / 8192)
     assert got[key("memagent_headroom_sum_peaks_bytes", resource=GPU)] == 4096 * MiB
     assert key("memagent_headroom_ratio", resource=GPU) not in got  # capacity 0: no ratio
+    assert got[key("memagent_headroom_ratio", resource=CGROUP)] == pytest.approx(200 / 256)  # a container's limit
+    assert got[key("memagent_headroom_resource_info", resource=CGROUP, name="docker web")] == 1
+    assert got[key("memagent_headroom_resource_info", resource="host", name="host memory")] == 1
     assert got[key("memagent_headroom_warn_fraction")] == 0.9
     assert got[key("memagent_alert_firing", kind="headroom", resource="host", severity="critical")] == 1
     assert got[key("memagent_alert_firing", kind="budget", resource="trainer", severity="warning")] == 1
@@ -103,6 +108,7 @@ def test_openmetrics_types_and_end() -> None:
     assert families["memagent_stack_dumps"] == "counter"
     assert families["memagent_tick_duration_seconds"] == "histogram"
     assert families["memagent_build"] == "info"
+    assert families["memagent_headroom_resource"] == "info"
     assert families["memagent_process_rss_peak_bytes"] == "gauge"
 
 

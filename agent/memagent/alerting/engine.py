@@ -1,7 +1,9 @@
-"""Each tick: the headroom of the host and each GPU, and the alerts that follow from it.
+"""Each tick: the headroom of the host, each GPU and each limited memory cgroup, and the
+alerts that follow from it.
 
 Runs right after the memory and GPU sample of the tick, so an alert reaches its hook
-within one interval of the crossing. Kinds: ``headroom`` (host and each GPU),
+within one interval of the crossing. Kinds: ``headroom`` (host, each GPU, each cgroup
+limit: :mod:`.limits`),
 ``pressure`` (memory PSI), ``leak`` (sustained growth, with the time until the headroom
 is gone), ``budget`` (a label's Σ peaks over its configured budget) and ``oom-kill``.
 PSS, which the host Σ needs, is read off the tick in a worker thread and rarely.
@@ -15,18 +17,19 @@ from collections.abc import Callable, Sequence
 from memproto.records import Alert, Contributor, Headroom
 from memproto.text import printable
 from memproto.units import format_size
-from memproto.vocabulary import AlertKind, AlertState, OomSource, Severity
+from memproto.vocabulary import AlertKind, AlertState, OomSource, Resource, Severity
 
 from ..config import AlertConfig, HeadroomConfig
 from ..core.registry import Registry
 from ..core.watched import Watched
-from ..proc.cgroups import cgroup_limit, oom_kill_count
+from ..proc.cgroups import ROOT, oom_kill_count
 from ..proc.kmsg import KernelLog
 from ..proc.nvml import DeviceReading
 from ..proc.procfs import ProcFS
 from .book import AlertBook, Reading
 from .growth import growth, judge
 from .headroom import HostInputs, budgeted, contribution, gpu_headroom, host_headroom
+from .limits import CgroupLimits
 from .sharing import SharingTracker
 
 log = logging.getLogger(__name__)
@@ -42,10 +45,11 @@ SIGKILL = 9
 class AlertEngine:
     def __init__(self, registry: Registry, headroom: HeadroomConfig, alerts: AlertConfig,
                  deliver: Callable[[Alert], None], stack_text: Callable[[Watched], str | None],
-                 kmsg: KernelLog | None = None) -> None:
+                 kmsg: KernelLog | None = None, cgroup_root: str = ROOT) -> None:
         """``deliver`` sends an alert on its ways (log, clients, hook); ``stack_text`` gives
         the stack at a process's peak as text, for an oom-kill alert's details; ``kmsg`` is
-        the kernel log to read OOM kills from (None: ``/dev/kmsg``)."""
+        the kernel log to read OOM kills from (None: ``/dev/kmsg``); ``cgroup_root`` where
+        the cgroup file systems are (a fixture tree in tests)."""
         self.registry = registry
         self.procfs: ProcFS = registry.procfs
         self.headroom_config = headroom
@@ -55,7 +59,7 @@ class AlertEngine:
         self.kmsg = kmsg if kmsg is not None else KernelLog()
         self.headroom: list[Headroom] = []
         self.pressure: float | None = None
-        self._cgroup_limit: int | None = None
+        self.limits = CgroupLimits(registry, cgroup_root)
         self._next_cgroup = 0.0
         self._next_leak = 0.0
         #: Per live process (its key), the growth rate (bytes/s) the last leak check found
@@ -75,7 +79,7 @@ class AlertEngine:
         self.sharing.on_tick(now, moved)
         if now >= self._next_cgroup:
             self._next_cgroup = now + CGROUP_EVERY
-            self._cgroup_limit = self._shared_cgroup_limit(alive)
+            self._oom_counts(alive)
         self.kmsg.poll(now)
         for w in exited:
             self._oom(w, now)
@@ -87,29 +91,26 @@ class AlertEngine:
         self._state, self._devices, self._next_full = state, devices, now + 1.0
         watched = list(self.registry.entries.values())
         mem = self.procfs.meminfo()
-        host = host_headroom(HostInputs(mem.get("MemTotal", 0), mem.get("MemAvailable", 0), self._cgroup_limit,
+        host = host_headroom(HostInputs(mem.get("MemTotal", 0), mem.get("MemAvailable", 0),
                                         unified=any(d.unified for d in devices)), watched, self.headroom_config)
         self.sharing.on_unwatched(now, host.unwatched_bytes)
         views = [host]
         gpu_views = [gpu_headroom(d, watched, self.headroom_config) for d in devices if not d.lost and d.total]
         views += gpu_views
+        self.limits.refresh(now, mem.get("MemTotal", 0))
+        views += self.limits.views(now, watched)
         self.headroom = views
-        c = self.config
         # A process just attached counts its shared pages in full until its PSS is read
-        # (within a tick or two): judging the host before that would raise false alarms
-        # for forked workers. Not for long, though: at most PSS_GRACE seconds.
-        unsure = any(not w.share_known and now - w.attached_at < PSS_GRACE for w in alive)
+        # (within a tick or two): judging the host (or a cgroup it is in) before that
+        # would raise false alarms for forked workers. Not for long: at most PSS_GRACE s.
+        unsure = {w.key for w in alive if not w.share_known and now - w.attached_at < PSS_GRACE}
         for view in views:
-            if view.ratio is None or (unsure and view.resource == "host"):
-                continue
-            what = "host memory" if view.resource == "host" else printable(view.name)
-            self.book.evaluate(Reading(
-                AlertKind.HEADROOM, view.resource, view.ratio, c.warn_fraction, c.critical_fraction, "ratio",
-                f"Σ peaks {_size(view.sum_peaks_bytes)} would use {view.ratio:.0%} of the "
-                f"{_size(view.capacity_bytes)} headroom of {what}", view.top,
-            ))
-        for uuid in self.book.resources(AlertKind.HEADROOM) - {v.resource for v in views}:
-            self.book.clear(AlertKind.HEADROOM, uuid, f"resolved: {printable(uuid)} is no longer sampled")
+            if view.ratio is not None and not (unsure and self._share_adjusted(view.resource, unsure)):
+                self._judge(view, view.ratio)
+        for resource in self.book.resources(AlertKind.HEADROOM) - {v.resource for v in views}:
+            gone = "has no limit or no watched process any more" if resource.startswith(Resource.CGROUP_PREFIX) \
+                else "is no longer sampled"
+            self.book.clear(AlertKind.HEADROOM, resource, f"resolved: {printable(resource)} {gone}")
         self._pressure()
         self._budgets(watched)
         if now >= self._next_leak:
@@ -117,6 +118,27 @@ class AlertEngine:
             self._leaks(now, host)
 
     # ------------------------------------------------------------------ kinds
+
+    def _share_adjusted(self, resource: str, unsure: set[tuple[int, int]]) -> bool:
+        """Whether ``resource``'s Σ counts a process in ``unsure`` share-adjusted: the
+        host's counts every process, a cgroup's its own; a GPU's is not share-adjusted."""
+        if resource == Resource.HOST:
+            return True
+        return any(w.key in unsure for w in self.limits.members.get(resource, ()))
+
+    def _judge(self, view: Headroom, ratio: float) -> None:
+        c = self.config
+        figures = (f"Σ peaks {_size(view.sum_peaks_bytes)} would use {ratio:.0%} of the "
+                   f"{_size(view.capacity_bytes)} headroom")
+        subject = self.limits.subjects.get(view.resource)
+        if view.resource == Resource.HOST:
+            message = f"{figures} of host memory"
+        elif subject is not None:  # a cgroup's limit: named first, as people know it
+            message = f"{printable(subject)}: {figures} of its {_size(view.limit_bytes)} limit"
+        else:
+            message = f"{figures} of {printable(view.name)}"
+        self.book.evaluate(Reading(AlertKind.HEADROOM, view.resource, ratio, c.warn_fraction,
+                                   c.critical_fraction, "ratio", message, view.top))
 
     def _pressure(self) -> None:
         self.pressure = self.procfs.memory_pressure()
@@ -138,9 +160,15 @@ class AlertEngine:
             ))
 
     def _leaks(self, now: float, host: Headroom) -> None:
-        """Each live process's growth since its latest low, judged by :mod:`.growth`."""
+        """Each live process's growth since its latest low, judged by :mod:`.growth`,
+        against what is left of the tightest headroom it is in: the host's, or a limited
+        cgroup's."""
         c = self.config
-        left = max(0, host.capacity_bytes - host.sum_peaks_bytes)
+        host_left = max(0, host.capacity_bytes - host.sum_peaks_bytes)
+        lefts: dict[tuple[int, int], int] = {}
+        for view in self.headroom:
+            for w in self.limits.members.get(view.resource, ()):
+                lefts[w.key] = min(lefts.get(w.key, host_left), max(0, view.capacity_bytes - view.sum_peaks_bytes))
         step = self.registry.history_step
         # The most growth that can be waited for: the window, within the history kept.
         slots = min(max(1, int(c.leak_window / step + 0.999999)), self.registry.history_slots)
@@ -151,7 +179,7 @@ class AlertEngine:
             resource = f"pid:{w.pid}"
             live.add(resource)
             g = growth(w.history.series(c.leak_window)[1], w.history.step)
-            v = judge(g, left, c.leak_min_rate, c.leak_horizon, longest)
+            v = judge(g, lefts.get(w.key, host_left), c.leak_min_rate, c.leak_horizon, longest)
             self.rates[w.key] = max(0.0, g.rate) if g is not None else 0.0
             name = w.label or w.name
             if g is None or v.eta is None:
@@ -174,7 +202,7 @@ class AlertEngine:
         if w.pid in self.kmsg.killed:
             source = OomSource.KERNEL_LOG
         else:
-            count = oom_kill_count(w.cgroup)
+            count = oom_kill_count(w.cgroup, self.limits.root)
             if count is not None and w.oom_count is not None and count > w.oom_count:
                 source = OomSource.CGROUP
             elif w.exit_signal == SIGKILL and self._memory_was_high(w):
@@ -196,27 +224,24 @@ class AlertEngine:
         ))
 
     def _memory_was_high(self, w: Watched) -> bool:
-        """The box was short of memory when it died: the headroom near full, or memory
-        pressure (a plain ``kill -9`` on a relaxed box is not an OOM kill)."""
-        host = next((h for h in self.headroom if h.resource == "host"), None)
-        ratio = (host.ratio or 0.0) if host else 0.0
+        """The box, or a limited cgroup it was in, was short of memory when it died: the
+        headroom near full, or memory pressure (a plain ``kill -9`` on a relaxed box is not
+        an OOM kill)."""
+        mine = [h for h in self.headroom
+                if h.resource == Resource.HOST or any(m is w for m in self.limits.members.get(h.resource, ()))]
+        ratio = max((h.ratio or 0.0 for h in mine), default=0.0)
         return ratio >= self.config.warn_fraction or (self.pressure or 0) >= self.config.pressure_threshold
 
     # ------------------------------------------------------------------ cgroups and PSS
 
-    def _shared_cgroup_limit(self, alive: list[Watched]) -> int | None:
-        # Keep each process's view of its cgroup's OOM-kill counter recent, so that only a
-        # kill since the last look is blamed on its exit.
+    def _oom_counts(self, alive: list[Watched]) -> None:
+        """Keep each process's view of its cgroup's OOM-kill counter recent, so that only a
+        kill since the last look is blamed on its exit."""
         counts: dict[str | None, int | None] = {}
         for w in alive:
             if w.cgroup not in counts:
-                counts[w.cgroup] = oom_kill_count(w.cgroup)
+                counts[w.cgroup] = oom_kill_count(w.cgroup, self.limits.root)
             w.oom_count = counts[w.cgroup]
-        groups = {w.cgroup for w in alive}
-        if len(groups) != 1:
-            return None
-        (group,) = groups
-        return cgroup_limit(group) if group and not group.endswith(":/") else None
 
     async def pss_settled(self) -> None:
         """Wait until the PSS reads in flight, if any, are done (they run off the tick)."""

@@ -1,8 +1,7 @@
 """The headroom model: if every watched process hit its peak at once, would it fit?
 
 Host: ``capacity`` is the configured ``[host] capacity``, else ``limit - reserve -
-unwatched``: ``limit`` is total memory, or the memory limit of the cgroup all watched
-processes share when smaller; ``unwatched`` is what everything not watched uses now
+unwatched``: ``limit`` is total memory; ``unwatched`` is what everything not watched uses now
 (used memory minus the watched processes' own part). **Σ peaks** sums over watched
 processes (exited ones too, until detached) each one's *share-adjusted* peak:
 ``peak RSS - (RSS - PSS)``, where ``RSS - PSS`` is the part of its resident memory it
@@ -11,6 +10,11 @@ holds the target's mmap lock, ~3.4 µs per resident MiB). Pages shared copy-on-w
 forked workers, and shared libraries, are thus counted once in total instead of once per
 process, while memory a process grows later (its own) counts in full. See
 ``docs/headroom.md`` for the worked example and the limits of this estimate.
+
+A memory cgroup with a limit (a container's): ``capacity = limit - unwatched``, where
+``unwatched`` is the cgroup's working set less its watched processes' own part now; Σ
+peaks sums its watched processes' share-adjusted peaks. The host counts them too: each
+limit is a line of its own, the box's memory another.
 
 GPU: ``capacity = total - reserve - (used - what watched processes use there now)``;
 Σ peaks sums the watched processes' peaks on that GPU.
@@ -42,7 +46,6 @@ TOP = 5
 class HostInputs:
     total: int
     available: int
-    cgroup_limit: int | None
     #: The GPU's memory is this RAM (see the module's docstring).
     unified: bool = False
 
@@ -70,7 +73,7 @@ def host_headroom(inputs: HostInputs, watched: list[Watched], config: HeadroomCo
     gpu = inputs.unified
     peaks = [(contribution(w) + ((w.vram_peak or 0) if gpu else 0), w) for w in watched]
     sum_peaks = sum(p for p, _ in peaks)
-    limit = min(inputs.total, inputs.cgroup_limit) if inputs.cgroup_limit else inputs.total
+    limit = inputs.total
     used = max(0, inputs.total - inputs.available)
     watched_now = sum(max(0, w.rss - w.shared) + ((w.vram or 0) if gpu else 0) for w in watched if w.alive)
     unwatched = max(0, used - watched_now)
@@ -85,6 +88,36 @@ def host_headroom(inputs: HostInputs, watched: list[Watched], config: HeadroomCo
         limit_bytes=limit, reserve_bytes=reserve, unwatched_bytes=unwatched,
         configured=config.host_capacity is not None,
         top=_top(peaks),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupInputs:
+    """A memory cgroup with a limit, as :mod:`.limits` found it."""
+
+    #: ``cgroup:PATH`` (:class:`memproto.vocabulary.Resource`).
+    resource: str
+    #: For people: ``docker web``, a unit, or the path.
+    name: str
+    limit: int
+    #: Its working set now (:func:`memagent.proc.cgroups.working_set`); None: not known.
+    used: int | None
+
+
+def cgroup_headroom(inputs: CgroupInputs, members: list[Watched]) -> Headroom:
+    """A cgroup's limit as a resource: Σ of its watched processes' share-adjusted peaks
+    against the limit less what its unwatched processes use now (its working set less the
+    watched processes' own part). No reserve: the limit is the kernel's own line, and the
+    kernel reclaims the cgroup's page cache before it OOM-kills there."""
+    peaks = [(contribution(w), w) for w in members]
+    sum_peaks = sum(p for p, _ in peaks)
+    watched_now = sum(max(0, w.rss - w.shared) for w in members if w.alive)
+    unwatched = max(0, inputs.used - watched_now) if inputs.used is not None else 0
+    capacity = max(0, inputs.limit - unwatched)
+    return Headroom(
+        resource=inputs.resource, name=inputs.name, capacity_bytes=capacity, sum_peaks_bytes=sum_peaks,
+        ratio=sum_peaks / capacity if capacity else None, limit_bytes=inputs.limit, reserve_bytes=0,
+        unwatched_bytes=unwatched, configured=False, top=_top(peaks),
     )
 
 

@@ -10,6 +10,7 @@ from memproto.records import DaemonStatus, ProcessInfo, StackDump
 from memproto.schema import to_wire
 from memproto.text import printable
 from memproto.units import format_size
+from memproto.vocabulary import Resource
 
 
 def human_bytes(n: int | None) -> str:
@@ -75,8 +76,11 @@ def status_lines(status: DaemonStatus) -> list[str]:
         lines.append(f"GPU {g.index}: {printable(g.name)} {printable(g.uuid)}: {state}")
     for hr in status.headroom:
         ratio = f"{hr.ratio:.0%}" if hr.ratio is not None else "n/a"
+        is_cgroup = hr.resource.startswith(Resource.CGROUP_PREFIX)
+        cgroup = hr.resource[len(Resource.CGROUP_PREFIX):] if is_cgroup else None
         lines.append(f"headroom {printable(hr.name)}: Σ peaks {human_bytes(hr.sum_peaks_bytes)} of "
-                     f"{human_bytes(hr.capacity_bytes)} ({ratio})" + (" [configured]" if hr.configured else ""))
+                     f"{human_bytes(hr.capacity_bytes)} ({ratio})" + (" [configured]" if hr.configured else "")
+                     + (f"; limit {human_bytes(hr.limit_bytes)} of cgroup {printable(cgroup)}" if cgroup else ""))
     lines.append(f"process events: {printable(status.process_events)}"
                  + (f" ({printable(status.process_events_note)})" if status.process_events_note else ""))
     where = f" in {printable(status.recording_dir)}" if status.recording_dir else ""
@@ -85,6 +89,8 @@ def status_lines(status: DaemonStatus) -> list[str]:
                  + (f" ({printable(status.recording_note)})" if status.recording_note else ""))
     if status.pressure is not None:
         lines.append(f"memory pressure (PSI some avg10): {status.pressure:.1f}%")
+    for fault in status.faults:
+        lines.append(f"fault: {printable(fault)}")
     for a in status.alerts_active:
         lines.append(f"ALERT {printable(a.severity)} {printable(a.kind)} [{printable(a.resource)}]: "
                      f"{printable(a.message)}")

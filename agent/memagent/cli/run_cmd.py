@@ -27,6 +27,7 @@ from memproto.client_side import ClientError, ConnectionLost, DaemonNotRunning, 
 from memproto.frames import Attached, Exited, Frame, Sample
 from memproto.records import DaemonStatus, GrowthSite, StackDump
 from memproto.text import printable
+from memproto.vocabulary import Resource
 
 from ..config_schema import parse_size
 from ..errors import ConfigError, MemagentError
@@ -257,7 +258,8 @@ def finish(client: Client, child: Child, watch: Watch) -> Figures:
     infos = [p for p in client.list() if p.pid in watch.tree]
     processes = [ProcessPeak.of(p, watch.stacks.get(p.pid)) for p in infos]
     sites = sorted(watch.sites.values(), key=lambda s: -s.bytes)[:10]
-    gpus = [Need(h.resource, h.sum_peaks_bytes) for h in status.headroom if h.resource != HOST and h.sum_peaks_bytes]
+    gpus = [Need(h.resource, h.sum_peaks_bytes) for h in status.headroom
+            if h.resource != HOST and not h.resource.startswith(Resource.CGROUP_PREFIX) and h.sum_peaks_bytes]
     notes = [f"no Python stacks: {status.stack_note}"] if status.stack_note else []
     if status.process_events != "netlink":
         notes.append(f"no kernel process events ({status.process_events_note or 'polling'}): a descendant "

@@ -106,3 +106,11 @@ def parse_cgroup_identity(path: str | None) -> CgroupIdentity:
         return CgroupIdentity(unit=unit)
     manager = next((m for m in map(_USER_MANAGER.fullmatch, parts[:at]) if m), None)
     return CgroupIdentity(unit, engine, container_id, engine, user=int(manager.group(1)) if manager else None)
+
+
+def pod_uid(path: str | None) -> str | None:
+    """The UID of the Kubernetes pod whose own cgroup ``path`` is (its last segment is
+    ``pod<UID>`` or ``kubepods-…-pod<UID>.slice``), with dashes; None otherwise."""
+    last = (path or "").rstrip("/").rpartition("/")[2]
+    pod = _POD.fullmatch(last)
+    return pod.group(1).replace("_", "-").lower() if pod else None

@@ -262,12 +262,33 @@ def parse_oom_kill_count(data: bytes) -> int | None:
 
 
 def parse_cgroup_limit(text: bytes) -> int | None:
-    """A cgroup memory limit (v1 ``limit_in_bytes`` or v2 ``memory.max``); None: unlimited."""
+    """A cgroup memory limit (v1 ``limit_in_bytes`` or v2 ``memory.max``); None: unlimited.
+    ValueError, saying what it found, when it is not a limit."""
     text = text.strip()
     if text == b"max":
         return None
-    value = int(text)
+    value = parse_cgroup_bytes(text)
     return None if value >= 1 << 60 else value  # v1's "unlimited" is a huge number
+
+
+def parse_cgroup_bytes(text: bytes) -> int:
+    """One byte count (v1 ``memory.usage_in_bytes``, v2 ``memory.current``); ValueError,
+    saying what it found, when it is not one."""
+    text = text.strip()
+    if not text.isdigit():
+        raise ValueError(f"not a byte count: {text[:40]!r}")
+    return int(text)
+
+
+def parse_memory_stat(data: bytes, key: str) -> int | None:
+    """One field of ``memory.stat`` (``KEY VALUE`` lines, v1 and v2), None when absent;
+    ValueError when its value is not a number."""
+    name = key.encode()
+    for line in data.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0] == name:
+            return parse_cgroup_bytes(fields[1])
+    return None
 
 
 _NVMAP_UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -97,6 +97,14 @@ def _host_families(s: Snapshot, openmetrics: bool) -> Iterator[str]:
                     [(_labels(resource=x.resource), x.ratio) for x in h if x.ratio is not None])
            + _gauge("memagent_headroom_warn_fraction", "The ratio at which a headroom alert warns ([alerts] "
                     "warn_fraction).", [("", s.warn_fraction)]))
+    # Its name apart, so that a name learnt later (a container's) starts no new series.
+    info = "The name of a headroom resource (always 1)."
+    names: list[tuple[str, float | int]] = [(_labels(resource=x.resource, name=x.name), 1) for x in h]
+    if openmetrics:
+        yield _head("memagent_headroom_resource", "info", info) + "".join(
+            f"memagent_headroom_resource_info{labels} 1\n" for labels, _ in names)
+    else:
+        yield _gauge("memagent_headroom_resource_info", info, names)
     yield (_gauge("memagent_alert_firing", "1 for each alert firing now.",
                   [(_labels(kind=k, resource=r, severity=sev), 1) for k, r, sev in s.firing])
            + _gauge("memagent_label_budget_bytes", "The configured budget of a label ([budgets]).",

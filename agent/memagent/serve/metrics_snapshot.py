@@ -53,6 +53,8 @@ class ProcessFigures(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class HeadroomFigures:
     resource: str
+    #: For people (``host memory``, ``docker web``): ``memagent_headroom_resource_info``.
+    name: str
     sum_peaks: int
     capacity: int
     #: None when the capacity is 0: the series is left out.
@@ -161,7 +163,7 @@ class SnapshotSource:
         return Snapshot(
             per_label=m.per_process == "label",
             processes=by_label(rows) if m.per_process == "label" else tuple(rows),
-            headroom=tuple(HeadroomFigures(v.resource, v.sum_peaks_bytes, v.capacity_bytes, v.ratio)
+            headroom=tuple(HeadroomFigures(v.resource, v.name, v.sum_peaks_bytes, v.capacity_bytes, v.ratio)
                            for v in self.alerts.headroom),
             firing=tuple(sorted((a.kind, a.resource, a.severity) for a in self.alerts.book.active.values()
                                 if a.state == AlertState.FIRING)),

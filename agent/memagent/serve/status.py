@@ -81,7 +81,7 @@ class StatusReport:
             process_events=self.events.mode,
             process_events_note=self.events.note if self.events.overruns == 0 else
             f"{self.events.overruns} socket overruns: events lost (the /proc scan covers missed forks)",
-            faults=self.procfs.faults,
+            faults=self.procfs.faults + self.alerts.limits.faults,
             # Where the recorder writes: only to a client that sees all.
             recording=rec.state if rec else "off",
             recording_dir=rec.path if rec and access.sees_all else None,

@@ -1,8 +1,9 @@
-"""The header: connection state, host memory bar, Σ peaks gauge, GPU bars (later).
+"""The header: connection state, host memory bar, Σ peaks gauge, GPU bars, and a Σ peaks
+gauge per memory cgroup limit the daemon reports (a container's, docs/headroom.md).
 
 It renders from two immutable inputs bound to the app's (``data_bind``): the latest
 :class:`Snapshot` and the :class:`LinkState`. Process names never appear here, and no
-markup is parsed.
+markup is parsed; a container's name is shown with its control characters escaped.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from memproto.records import Headroom
+from memproto.text import printable
 from memproto.units import format_size
+from memproto.vocabulary import Resource
 
 from .. import format as fmt
 from ..model import Snapshot
@@ -23,6 +27,8 @@ from ..model import Snapshot
 if TYPE_CHECKING:
     from ..replay import ReplayState
 
+#: At most this many cgroup limit gauges, the fullest first; the last says how many more.
+MAX_LIMITS = 3
 EMBEDDED_NOTE = "embedded agent — run `memagent daemon` for always-on monitoring and alerts"
 
 
@@ -59,7 +65,7 @@ class MemHeader(Widget):
     _lines = 0
 
     def _check_height(self) -> None:
-        lines = 3 + len(self.snapshot.gpus) + (1 if self.link.embedded else 0)
+        lines = 3 + len(self.snapshot.gpus) + len(self._limits()[:MAX_LIMITS]) + (1 if self.link.embedded else 0)
         if lines != self._lines:
             self._lines = lines
             self.refresh(layout=True)
@@ -71,7 +77,8 @@ class MemHeader(Widget):
         self._check_height()
 
     def render(self) -> RenderableType:
-        lines = [self._status_line(), self._host_line(), self._peaks_line(), *self._gpu_lines()]
+        lines = [self._status_line(), self._host_line(), self._peaks_line(), *self._limit_lines(),
+                 *self._gpu_lines()]
         if self.link.embedded:
             lines.append(Text(EMBEDDED_NOTE, style="italic"))
         return Group(*lines)
@@ -133,6 +140,24 @@ class MemHeader(Widget):
             line = self._gauge(label, gpu.used_bytes or 0, gpu.total_bytes, 0.75, 0.9)
             line.append(f"  {gpu.name}", style="dim")
             lines.append(line)
+        return lines
+
+    def _limits(self) -> list[Headroom]:
+        """The daemon's cgroup limits (``cgroup:PATH``), the fullest first."""
+        limits = [h for h in self.snapshot.headroom if h.resource.startswith(Resource.CGROUP_PREFIX)]
+        return sorted(limits, key=lambda h: (-(h.ratio if h.ratio is not None else float("inf")), h.resource))
+
+    def _limit_lines(self) -> list[Text]:
+        """Σ peaks against each cgroup limit's headroom, named (``docker web``): a container
+        can run out of memory long before the box does."""
+        limits = self._limits()
+        lines = []
+        for h in limits[:MAX_LIMITS]:
+            line = self._gauge("Σ limit", h.sum_peaks_bytes, h.capacity_bytes, 0.9, 1.0)
+            line.append(f"  {printable(h.name)}", style="dim")
+            lines.append(line)
+        if len(limits) > MAX_LIMITS:
+            lines[-1].append(f"  +{len(limits) - MAX_LIMITS} more: memagent status", style="dim")
         return lines
 
     def _peaks_line(self) -> Text:
