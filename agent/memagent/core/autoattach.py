@@ -129,6 +129,8 @@ class Scanner:
         w = self.registry.attach(pid, label=label, may_watch=self.may_watch)[0]
         if values is not None:
             self._pending[w.key] = (label, values)
+            if w.container is not None and w.container.name is not None and self.relabel(w):
+                self.registry.events.attached(w)  # the name was read in between: announced again
         return w
 
     def _label(self, pid: int, comm: str, found: Found) -> tuple[str | None, dict[str, str | None] | None]:
