@@ -124,7 +124,8 @@ def test_a_long_command_line_is_matched_on_its_first_kib(
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["--auto-cmdline", "re:serve_(\\w+"], "argument --auto-cmdline: 're:serve_(\\\\w+': not a valid regular expression"),
+    (["--auto-cmdline", "re:serve_(\\w+"],
+     "argument --auto-cmdline: 're:serve_(\\\\w+': not a valid regular expression"),
     (["--auto-cmdline", "re:(a+)+x"], "a repeat inside a repeat"),
     (["--auto-cmdline", "re:\\w+\\w+\\w+\\.py"], "too slow"),
     (["--auto-cmdline", "re:" + "a" * 600], "at most 512 characters"),

@@ -223,6 +223,11 @@ def test_a_namespaced_pid_with_container_and_both_pids_in_ls(
     with d.client() as c:  # a process in the daemon's own namespace has none
         c.attach([os.getpid()])
     assert ls(d)[os.getpid()]["ns_pid"] is None
+    # The table shows it beside the host PID: 1 for the one inside, "-" for this one.
+    table = memagent_cli("ls", "--socket", d.socket).stdout.splitlines()
+    assert table[0].split()[:2] == ["PID", "NSPID"]
+    rows = {int(line.split()[0]): line.split()[1] for line in table[1:]}
+    assert (rows[child], rows[os.getpid()]) == ("1", "-")
 
 
 # --------------------------------------------------------------------------- auto-attach labels
