@@ -87,7 +87,7 @@ def test_an_unreadable_file_is_one_line_whatever_its_name(tmp_path: Path) -> Non
     (["--stack-timeout", "-1"], "argument --stack-timeout: out of range: -1 (from 0.1 to 60 seconds)"),
     (["--admin-group", "memagent-no-such-group"], "argument --admin-group: no such group: 'memagent-no-such-group'"),
     (["--socket-group", "memagent-no-such-group"], "argument --socket-group: no such group: 'memagent-no-such-group'"),
-    (["--auto-label", ""], "argument --auto-label: a label cannot be empty"),
+    (["--auto-label", ""], "argument --auto-label/--label: a label cannot be empty"),
 ])
 def test_a_flag_goes_through_the_check_of_its_key(tmp_path: Path, args: list[str], said: str) -> None:
     sock = tmp_path / "s.sock"

@@ -75,7 +75,8 @@ class Agent:
         )
         self.sampler = Sampler(self.registry, interval=config.interval, status_refresh=config.status_refresh)
         self.groups = Groups(self.registry)
-        self.scanner = Scanner(self.registry, config.auto, label=config.auto_label, groups=self.groups)
+        self.scanner = Scanner(self.registry, config.auto, label=config.auto_label, groups=self.groups,
+                               cmdline=config.auto_cmdline)
         self.process_events = ProcessEvents(self.registry, self.scanner)
         self.sampler.before_exit = self.process_events.drain
         self.ticker = Ticker(config.interval, self.on_tick)
@@ -122,8 +123,12 @@ class Agent:
         """Container names (memagent.core.containers), looked up in a thread that wakes the
         loop when one is found; set on the loop, each entry announced again."""
 
+        def announce(w: Watched) -> None:
+            self.scanner.relabel(w)  # a label from its container's name: before it is announced
+            self.registry.events.attached(w)
+
         def found() -> None:
-            apply_names(list(self.registry.entries.values()), names, self.registry.events.attached)
+            apply_names(list(self.registry.entries.values()), names, announce)
 
         def notify() -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody to tell
@@ -193,9 +198,10 @@ class Agent:
         for fd in event_fds:
             loop.add_reader(fd, self.process_events.drain)
         self.gpu.start(self.config.gpu)
+        patterns = [*self.config.auto, *self.config.auto_cmdline]
         log.info("sampling every %g s%s", self.config.interval,
-                 f", auto-attaching {', '.join(self.config.auto)}" if self.config.auto else "")
-        if self.config.auto:
+                 f", auto-attaching {', '.join(map(printable, patterns))}" if patterns else "")
+        if patterns:
             self.scanner.scan()
         ticker = asyncio.ensure_future(self.ticker.run())
         dumper = asyncio.ensure_future(self.stacks.run())
@@ -261,8 +267,8 @@ class Agent:
                                rate=a.hook_rate, burst=a.hook_burst)
         c = self.config
         # In place: every part holds these objects (engine, sharing, stacks, status report).
-        for name in ("auto", "auto_label", "admin_group", "status_refresh", "max_clients", "max_clients_per_uid",
-                     "client_idle_timeout"):
+        for name in ("auto", "auto_cmdline", "auto_label", "admin_group", "status_refresh", "max_clients",
+                     "max_clients_per_uid", "client_idle_timeout"):
             setattr(c, name, getattr(new, name))
         for part, fresh, fixed in ((c.headroom, new.headroom, ()), (c.alerts, new.alerts, ()),
                                    (c.stacks, new.stacks, ("enabled", "py_spy")), (c.record, new.record, ("enabled",)),
@@ -271,9 +277,9 @@ class Agent:
                 if f.name not in fixed:
                     setattr(part, f.name, getattr(fresh, f.name))
         self.sampler.status_every = self.gpu.exact_every = max(1, round(c.status_refresh / c.interval))
-        if "auto" in applied or "auto_label" in applied:  # a new scanner looks at every process again
+        if {"auto", "auto_cmdline", "auto_label"} & set(applied):  # a new scanner looks at every process again
             self.scanner = self.process_events.scanner = Scanner(self.registry, c.auto, label=c.auto_label,
-                                                                 groups=self.groups)
+                                                                 groups=self.groups, cmdline=c.auto_cmdline)
         self.stacks.bucket.rate = c.stacks.budget
         book = self.alerts.book
         book.hysteresis = c.alerts.hysteresis

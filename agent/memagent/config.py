@@ -19,6 +19,7 @@ from typing import Any
 from memproto.paths import socket_path, user_socket
 from memproto.text import printable
 
+from .config_auto import AutoAttachConfig, check_names
 from .config_metrics import MetricsConfig, metrics_config
 from .config_schema import (
     MAX_SIZE,
@@ -137,14 +138,11 @@ class RecordConfig:
 
 
 @dataclass
-class AgentConfig:
-    """Everything an agent (daemon, embedded or demo) is built from."""
+class AgentConfig(AutoAttachConfig):
+    """Everything an agent (daemon, embedded or demo) is built from (auto-attach: its base)."""
 
     socket: str
     interval: float = 0.5
-    auto: list[str] = field(default_factory=list)
-    #: Label given to auto-attached processes.
-    auto_label: str | None = None
     #: Members of this group see and change every watched process, as root does.
     admin_group: str | None = None
     #: The socket file's group: its members may connect.
@@ -297,7 +295,7 @@ def default_state_dir(socket: str, environ: dict[str, str] | None = None) -> str
 
 def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> AgentConfig:
     """An :class:`AgentConfig` from file ``values`` and command-line ``flags`` (None: not
-    given); flags win, and what neither gives keeps the dataclass's own default."""
+    given); flags win, what neither gives keeps its default. ConfigError: see check_names."""
 
     def given(**pairs: tuple[str | None, str]) -> dict[str, Any]:
         """field -> (flag, file key): the value of the flag, else of the key, if either is set."""
@@ -329,6 +327,7 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
     config = AgentConfig(socket=socket, stacks=stacks, headroom=headroom, alerts=alerts, record=record,
                          metrics=metrics_config(values, flags), **given(
         interval=("interval", "interval"), auto=("auto", "auto"), auto_label=("auto_label", "auto_label"),
+        auto_cmdline=("auto_cmdline", "auto_cmdline"),
         admin_group=("admin_group", "admin_group"), socket_group=("socket_group", "socket_group"),
         history_seconds=("history", "history"), status_refresh=("status_refresh", "status_refresh"),
         gpu=(None, "gpu.enabled"), netlink=(None, "events.netlink"), max_clients=(None, "clients.max"),
@@ -343,6 +342,7 @@ def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> 
     if flags.get("no_netlink"):
         config.netlink = False
     config.source = ConfigSource(dict(flags))
+    check_names(config.auto_cmdline, config.auto_label)  # the file's and the flags' together
     return config
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from memproto.text import label_problem
 
+from .config_auto import AUTO_SCHEMA, check_file
 from .config_metrics import METRICS_SCHEMA
 from .errors import ConfigError
 
@@ -262,8 +263,7 @@ SCHEMA: dict[str, dict[str, Check] | Check] = {
     "interval": Number(0.01, 60.0, SECONDS),
     "socket": _name,
     "state_dir": _state_dir,
-    "auto": _str_list,
-    "auto_label": _label,
+    **AUTO_SCHEMA,
     "admin_group": _group,
     "socket_group": _group,
     "history": Number(1.0, DAY, SECONDS),
@@ -376,6 +376,7 @@ def _check_keys(data: dict[str, Any]) -> dict[str, Any]:
 
 def _check_together(values: dict[str, Any]) -> None:
     """What no key decides alone."""
+    _checked(lambda v, k: check_file(values), None, "auto_label", ("auto_label",))
     if values.get("alerts.critical_fraction", 1.0) < values.get("alerts.warn_fraction", 0.9):
         where = ("alerts", "critical_fraction" if "alerts.critical_fraction" in values else "warn_fraction")
         raise Refused(ConfigError("alerts.critical_fraction", "must not be below alerts.warn_fraction"), where)

@@ -223,3 +223,60 @@ def test_a_namespaced_pid_with_container_and_both_pids_in_ls(
     with d.client() as c:  # a process in the daemon's own namespace has none
         c.attach([os.getpid()])
     assert ls(d)[os.getpid()]["ns_pid"] is None
+    # The table shows it beside the host PID: 1 for the one inside, "-" for this one.
+    table = memagent_cli("ls", "--socket", d.socket).stdout.splitlines()
+    assert table[0].split()[:2] == ["PID", "NSPID"]
+    rows = {int(line.split()[0]): line.split()[1] for line in table[1:]}
+    assert (rows[child], rows[os.getpid()]) == ("1", "-")
+
+
+# --------------------------------------------------------------------------- auto-attach labels
+
+
+MOVER = """import os, sys
+open(sys.argv[1], "w").write(str(os.getpid()))  # into the container's cgroup, then the model
+os.execv(sys.executable, [sys.executable, os.path.join(sys.argv[2], "serve_" + sys.argv[3] + ".py")])
+"""
+
+
+def test_a_label_from_the_container_name_and_the_comm_outside(
+    start_daemon: Callable[..., Daemon], make_cgroup: MakeCgroup, tmp_path: Path
+) -> None:
+    """``--auto-label '{container}'``: a model in a container is labelled by its name (by its
+    ID's first 12 digits while the name is not read yet, then once more with the name, in a
+    second ``attached`` event, whichever way the race with the name's reading goes); one
+    outside any container by its comm."""
+    group, _ = make_cgroup(f"system.slice/docker-{ID}.scope")
+    root = tmp_path / "root"
+    put(root, f"var/lib/docker/containers/{ID}/config.v2.json", {"ID": ID, "Name": "/llm-server"})
+    scripts = tmp_path / "x"
+    scripts.mkdir()
+    for name in ("serve_web.py", "serve_plain.py"):
+        (scripts / name).write_text("import time\ntime.sleep(300)\n")
+    (scripts / "mover.py").write_text(MOVER)
+    cfg = tmp_path / "memagent.toml"
+    cfg.write_text(f'auto_cmdline = ["re:serve_(\\\\w+)\\\\.py"]\nauto_label = "{{container}}"\n'
+                   f'[containers]\nroot = "{root}"\n')
+    d = start_daemon("--config", str(cfg), "--interval", "0.1", "--no-netlink", "--no-stacks")
+    procs = []
+    try:
+        with d.client() as c:
+            c.subscribe()
+            inside = subprocess.Popen([sys.executable, str(scripts / "mover.py"), str(group / "cgroup.procs"),
+                                       str(scripts), "web"])
+            outside = subprocess.Popen([sys.executable, str(scripts / "serve_plain.py")])
+            procs += [inside, outside]
+            labels: list[str | None] = []
+            for frame in c.stream():
+                if isinstance(frame, Attached) and frame.process.pid == inside.pid:
+                    labels.append(frame.process.label)
+                    if frame.process.label != ID[:12]:
+                        break
+        assert labels[-1] == "llm-server" and set(labels[:-1]) <= {ID[:12]}, labels
+        got = poll("the one outside attached", lambda: (w := ls(d)).get(outside.pid) and w)
+        assert got[inside.pid]["label"] == "llm-server"
+        assert got[outside.pid]["label"] == got[outside.pid]["name"]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -77,6 +77,8 @@ class Column:
 
 COLUMNS: tuple[Column, ...] = (
     Column("pid", "PID", 7, 0, lambda r: str(r.pid), sort_key=_by(lambda r: r.pid), cycle=4, hotkey="I"),
+    Column("ns_pid", "NSPID", 5, 3, lambda r: "" if r.ns_pid is None else str(r.ns_pid),
+           has_data=lambda r: r.ns_pid is not None, sort_key=_by(lambda r: r.ns_pid)),
     Column("name", "NAME", 12, 0, lambda r: r.display_name + ("" if r.alive else " (exited)"), align_right=False,
            sort_key=_by_name, cycle=5, hotkey="N", max_width=40),
     Column("rss", "RSS", 7, 1, lambda r: format_size(r.rss) if r.alive else "-",

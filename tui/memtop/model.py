@@ -58,6 +58,8 @@ class ProcRow:
     #: v1.7: its container (the name, else the ID's first 12 digits) and systemd unit.
     container: str | None = None
     unit: str | None = None
+    #: v1.7: its PID inside its own PID namespace, where that differs from the host's.
+    ns_pid: int | None = None
 
     @property
     def key(self) -> Key:
@@ -231,7 +233,7 @@ class _Proc:
             p.pid, p.start_time, p.name, p.label, tuple(p.cmdline), p.uid, self.alive, self.rss, self.peak,
             self.anon, self.swap, self.peak_exact, self.growth.slope() if self.alive else None, share,
             self.vram, self.vram_peak, self.stack_state,
-            None if c is None else c.name or c.id[:12], p.unit,
+            None if c is None else c.name or c.id[:12], p.unit, p.ns_pid if p.ns_pid != p.pid else None,
         )
 
 

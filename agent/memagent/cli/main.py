@@ -67,13 +67,14 @@ from .run_cmd import COMMANDS as RUN_COMMANDS
 from .run_cmd import add_parser as add_run_parser
 
 
-def _setting(key: str) -> Callable[[str], object]:
+def _setting(key: str, one: bool = False) -> Callable[[str], object]:
     """The type of a daemon flag: its text through the check of the file's ``key`` (the
-    same ranges), so ``--interval nan`` is "argument --interval: not a finite number: 'nan'"."""
+    same ranges), so ``--interval nan`` is "argument --interval: not a finite number: 'nan'";
+    ``one``: the flag gives one item of a list key (a repeatable flag)."""
 
     def convert(text: str) -> object:
         try:
-            return config_file.check_text(key, text)
+            return config_file.check_text(key, text)[0] if one else config_file.check_text(key, text)
         except ConfigError as exc:
             raise argparse.ArgumentTypeError(printable(exc.reason)) from None
 
@@ -95,8 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--interval", type=_setting("interval"), metavar="SECONDS", help="sample interval (0.5)")
     d.add_argument("--auto", action="append", metavar="PATTERN",
                    help="attach every process whose executable name matches (repeatable), e.g. 'python*'")
-    d.add_argument("--auto-label", type=_setting("auto_label"), metavar="NAME",
-                   help="label for auto-attached processes")
+    d.add_argument("--auto-cmdline", action="append", type=_setting("auto_cmdline", one=True), metavar="PATTERN",
+                   help="attach every process whose command line matches (repeatable): a glob, e.g. "
+                        "'*serve.py*', or 're:REGEX' whose groups feed --auto-label (docs/containers.md)")
+    d.add_argument("--auto-label", "--label", type=_setting("auto_label"), metavar="TEMPLATE",
+                   help="label of auto-attached processes: text and {comm} {exe} {container} {unit} {pid} "
+                        "{1} {NAME} (regex groups), e.g. '{container}'")
     d.add_argument("--admin-group", type=_setting("admin_group"), metavar="GROUP",
                    help="members see every process, as root does")
     d.add_argument("--socket-group", type=_setting("socket_group"), metavar="GROUP",
@@ -195,7 +200,12 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         print(f"memagent: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_NO_DAEMON
     socket = socket_path(args.socket or values.get("socket"))
-    return run_daemon(config_file.agent_config(values, vars(args), socket))
+    try:
+        config = config_file.agent_config(values, vars(args), socket)
+    except ConfigError as exc:  # what no flag or key decides alone (an auto_label placeholder)
+        print(f"memagent: invalid configuration: {exc}", file=sys.stderr)
+        return EXIT_NO_DAEMON
+    return run_daemon(config)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -33,8 +33,10 @@ def format_table(processes: list[ProcessInfo]) -> str:
     vram_title = f" {'VRAM':>10} {'VPEAK':>10}" if gpu else ""
     boxed = any(p.container is not None for p in processes)
     box_title = f"{'CONTAINER':<20} " if boxed else ""
-    header = (f"{'PID':>7}  {'NAME':<20} {box_title}{'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}{vram_title}  "
-              f"{'STATE':<6} COMMAND")
+    nested = any(p.ns_pid is not None and p.ns_pid != p.pid for p in processes)
+    ns_title = f" {'NSPID':>7}" if nested else ""  # its PID in its own namespace, where that differs
+    header = (f"{'PID':>7}{ns_title}  {'NAME':<20} {box_title}{'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}"
+              f"{vram_title}  {'STATE':<6} COMMAND")
     lines = [header]
     for p in sorted(processes, key=lambda p: p.rss_peak_bytes, reverse=True):
         name = printable(p.label or p.name)
@@ -46,8 +48,9 @@ def format_table(processes: list[ProcessInfo]) -> str:
             vpeak = human_bytes(p.vram_peak_bytes) + ("" if p.vram_peak_exact or p.vram_peak_bytes is None else "~")
             vram = f" {human_bytes(p.vram_bytes):>10} {vpeak:>10}"
         box = f"{printable(container_text(p))[:20]:<20} " if boxed else ""
+        ns = "" if not nested else f" {p.ns_pid if p.ns_pid is not None and p.ns_pid != p.pid else '-':>7}"
         lines.append(
-            f"{p.pid:>7}  {name[:20]:<20} {box}{human_bytes(p.rss_bytes):>10} {peak:>10} "
+            f"{p.pid:>7}{ns}  {name[:20]:<20} {box}{human_bytes(p.rss_bytes):>10} {peak:>10} "
             f"{human_bytes(p.anon_bytes):>10} {human_bytes(p.swap_bytes):>9}{vram}  {state:<6} {cmd}"
         )
     return "\n".join(lines)

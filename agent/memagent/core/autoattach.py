@@ -1,13 +1,23 @@
-"""Auto-attach: watch every process, existing or new, whose executable name matches a
-pattern, and the children of processes attached with ``--children``.
+"""Auto-attach: watch every process, existing or new, whose executable name or command
+line matches a pattern, and the children of processes attached with ``--children``.
 
 A scan lists ``/proc`` (~120 µs for 1000 processes) and looks only at PIDs it has not
 seen before. A process caught between ``fork`` and ``exec`` still carries its parent's
 name, so an unmatched new PID is looked at again on the next few scans.
 
 Matched names: the kernel's ``comm`` and the basename of ``/proc/PID/exe`` (fnmatch,
-case-sensitive). The agent's own process and the memagent/memtop tools are never
-auto-attached.
+case-sensitive). Command lines (``auto_cmdline``): argv joined by spaces, its first
+:data:`~memagent.config_auto.MAX_CMDLINE` characters, read only for PIDs new to the scan
+and only when such patterns are set; matching them takes at most :data:`CMDLINE_BUDGET_S`
+of a scan (the PIDs left wait for the next one). The agent's own process and the
+memagent/memtop tools are never auto-attached.
+
+Labels come from the ``auto_label`` template (:class:`~memagent.config_auto.Template`):
+``{container}`` is the container's name, or its ID's first 12 digits while the name is
+not known yet; the name is read off the tick (:mod:`memagent.core.containers`), and when
+it arrives the process is labelled again (:meth:`Scanner.relabel`, once, unless a client
+has labelled it since) before it is announced again. A rendered label that breaks the
+label rule gives the process's ``comm`` instead, logged once per template.
 
 Processes that start in a cgroup, unit or container named by ``attach --cgroup/--unit/
 --container`` are attached by the rules of :mod:`memagent.core.groups`, here too.
@@ -22,9 +32,14 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from ..errors import MemagentError
+from memproto.text import label_problem, printable
+
+from ..config_auto import MAX_CMDLINE, compile_cmdline, parse_template
+from ..errors import ConfigError, MemagentError
 from ..proc.procfs import ProcFS
 from .groups import Groups
 from .registry import MayWatch, Registry, anyone
@@ -35,6 +50,18 @@ log = logging.getLogger(__name__)
 #: Scans during which an unmatched new PID is looked at again (fork-then-exec).
 RECHECK_SCANS = 3
 OWN_TOOLS = frozenset({"memagent", "memtop"})
+#: Seconds of one scan spent matching command lines, at most (a regex is cheap on a
+#: sane line; the budget bounds a crowd of long ones made to be slow).
+CMDLINE_BUDGET_S = 0.02
+
+
+@dataclass(frozen=True)
+class Found:
+    """A match: the regex groups (by number and name; empty for a name or glob), and the
+    executable's basename (None: not readable)."""
+
+    groups: dict[str, str]
+    exe: str | None
 
 
 class Scanner:
@@ -46,25 +73,116 @@ class Scanner:
         may_watch: MayWatch = anyone,
         label: str | None = None,
         groups: Groups | None = None,
+        cmdline: Sequence[str] = (),
     ) -> None:
+        """``label``: the ``auto_label`` template; ``cmdline``: ``auto_cmdline`` patterns
+        (both checked by :mod:`memagent.config_auto`: ConfigError if they do not pass)."""
         self.registry = registry
         self.groups = groups or Groups(registry)
         self.procfs: ProcFS = registry.procfs
         self.patterns = list(patterns)
         self.may_watch = may_watch
         self.label = label
+        try:
+            self.cmdline = [compile_cmdline(p) for p in cmdline]
+        except ValueError as exc:
+            raise ConfigError("auto_cmdline", str(exc)) from None
+        try:
+            self.template = None if label is None else parse_template(label)
+        except ValueError as exc:
+            raise ConfigError("auto_label", str(exc)) from None
+        #: Entries labelled while their container's name was not known: (label given, values).
+        self._pending: dict[tuple[int, int], tuple[str | None, dict[str, str | None]]] = {}
+        self._warned: set[str] = set()
         self._seen: set[int] = set()
         self._recheck: dict[int, int] = {}
         self._own_pid = os.getpid()
 
+    @property
+    def active(self) -> bool:
+        """Whether any pattern is set."""
+        return bool(self.patterns or self.cmdline)
+
     def matches(self, pid: int, comm: str) -> bool:
+        return self.match(pid, comm) is not None
+
+    def match(self, pid: int, comm: str) -> Found | None:
+        """What the first pattern that matches ``pid`` says (names first, then command
+        lines, in their order); None if none does."""
         if comm in OWN_TOOLS or pid == self._own_pid:
-            return False
-        names = [comm]
+            return None
         exe = self.procfs.exe_name(pid)  # None: not ours to read, or a kernel thread
-        if exe is not None:
-            names.append(exe)
-        return any(fnmatch.fnmatchcase(n, p) for n in names for p in self.patterns)
+        names = [comm] if exe is None else [comm, exe]
+        if any(fnmatch.fnmatchcase(n, p) for n in names for p in self.patterns):
+            return Found({}, exe)
+        if self.cmdline:
+            line = self.procfs.cmdline_text(pid, MAX_CMDLINE)
+            for pattern in self.cmdline if line else ():
+                found = pattern.search(line or "")
+                if found is not None:
+                    return Found(found, exe)
+        return None
+
+    def attach(self, pid: int, comm: str, found: Found) -> Watched:
+        """Attach a matched process under its rendered label."""
+        label, values = self._label(pid, comm, found)
+        w = self.registry.attach(pid, label=label, may_watch=self.may_watch)[0]
+        if values is not None:
+            self._pending[w.key] = (label, values)
+            if w.container is not None and w.container.name is not None and self.relabel(w):
+                self.registry.events.attached(w)  # the name was read in between: announced again
+        return w
+
+    def _label(self, pid: int, comm: str, found: Found) -> tuple[str | None, dict[str, str | None] | None]:
+        """The label, and the values it was made of when its ``{container}`` waits for a
+        name (to render it again then)."""
+        if self.template is None:  # a regex's first group that took part, else none
+            first = next((v for k, v in sorted(found.groups.items()) if k.isdigit() and k != "0" and v), None)
+            return (first if first is not None and label_problem(first) is None else None), None
+        values: dict[str, str | None] = {"comm": comm, "exe": found.exe, "pid": str(pid), "container": None,
+                                         "unit": None, **found.groups}
+        waits = False
+        if self.template.names & {"container", "unit"}:
+            try:
+                _, identity, name = self.groups.where(pid)
+            except MemagentError:
+                identity, name = None, None
+            if identity is not None:
+                cid = identity.container_id
+                values["unit"] = identity.unit
+                values["container"] = name or (cid[:12] if cid else None)
+                waits = cid is not None and name is None and "container" in self.template.names
+        return self._render(values, comm), (values if waits else None)
+
+    def _render(self, values: dict[str, str | None], comm: str) -> str | None:
+        assert self.template is not None
+        text = self.template.render(values, comm)
+        problem = label_problem(text)
+        if problem is None:
+            return text
+        if self.template.text not in self._warned:
+            self._warned.add(self.template.text)
+            log.warning("auto_label %r gave %r for %s: %s; labelled by its name instead (logged once)",
+                        printable(self.template.text), printable(text[:200]), printable(comm), problem)
+        return comm if label_problem(comm) is None else None
+
+    def relabel(self, w: Watched) -> bool:
+        """``w``'s container name became known: render its label again with it, if the
+        scanner gave its label and no client changed it since. Whether it changed."""
+        pending = self._pending.pop(w.key, None)
+        if pending is None or w.container is None or w.container.name is None or self.template is None:
+            return False
+        given, values = pending
+        if w.label != given:
+            return False  # labelled by a client meanwhile: theirs stays
+        label = self._render({**values, "container": w.container.name}, w.name)
+        if label == w.label:
+            return False
+        log.info("%d (%s) labelled %s: its container's name is known now", w.pid, printable(w.name),
+                 printable(label or w.name))
+        w.label = label
+        self.registry.edits += 1
+        return True
 
     def adopt(self, pid: int, parent: Watched, *, descendants: bool = True) -> list[Watched]:
         """Attach ``pid``, a child of ``parent`` (whose children are followed): with its
@@ -83,9 +201,8 @@ class Scanner:
         """A process not watched ran a new program: attach it now if it matches."""
         try:
             comm = self.procfs.stat(pid).comm
-            if not self.matches(pid, comm):
-                return None
-            return self.registry.attach(pid, label=self.label, may_watch=self.may_watch)[0]
+            found = self.match(pid, comm)
+            return None if found is None else self.attach(pid, comm, found)
         except MemagentError as exc:  # gone already, or not ours
             log.debug("auto-attach of %d at exec skipped: %s", pid, exc)
             return None
@@ -93,12 +210,15 @@ class Scanner:
     def scan(self) -> int:
         """Look at new PIDs; returns how many were attached."""
         followers = {w.pid: w for w in self.registry.alive if w.follow_children}
-        if not self.patterns and not followers and not self.groups.rules:
+        if not self.active and not followers and not self.groups.rules:
             return 0
         current = set(self.procfs.pids())
         new = (current - self._seen) | (self._recheck.keys() & current)
         self._seen = current
         attached = 0
+        budget = time.perf_counter() + CMDLINE_BUDGET_S
+        for k in [k for k in self._pending if k not in self.registry.entries]:
+            del self._pending[k]
         for pid in sorted(new):
             if self.registry.find_alive(pid) is not None:
                 self._recheck.pop(pid, None)
@@ -109,9 +229,12 @@ class Scanner:
                 self._recheck.pop(pid, None)
                 continue
             parent = followers.get(stat.ppid)
-            auto = parent is None and bool(self.patterns) and self.matches(pid, stat.comm)
-            rule = self.groups.rule_for(pid) if parent is None and not auto and pid != self._own_pid else None
-            if parent is None and not auto and rule is None:
+            if parent is None and self.cmdline and time.perf_counter() > budget:
+                self._recheck.setdefault(pid, RECHECK_SCANS + 1)  # matched at the next scan
+                continue
+            auto = None if parent is not None or not self.active else self.match(pid, stat.comm)
+            rule = self.groups.rule_for(pid) if parent is None and auto is None and pid != self._own_pid else None
+            if parent is None and auto is None and rule is None:
                 left = self._recheck.get(pid, RECHECK_SCANS + 1) - 1
                 if left > 0:
                     self._recheck[pid] = left
@@ -125,8 +248,8 @@ class Scanner:
                 elif rule is not None:
                     for w in self.registry.attach(pid, label=rule.label, may_watch=rule.may_watch):
                         w.label_trusted = rule.trusted
-                else:
-                    self.registry.attach(pid, label=self.label, may_watch=self.may_watch)
+                elif auto is not None:
+                    self.attach(pid, stat.comm, auto)
                 attached += 1
             except MemagentError as exc:
                 log.debug("auto-attach of %d skipped: %s", pid, exc)

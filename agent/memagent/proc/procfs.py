@@ -215,6 +215,16 @@ class ProcFS:
         except OSError:
             return None
 
+    def cmdline_text(self, pid: int, limit: int) -> str | None:
+        """``pid``'s argv joined by spaces, as ``ps`` shows it, from the first ``limit``
+        bytes of ``/proc/PID/cmdline``; None when gone or not readable."""
+        try:
+            with open(self.path(pid, "cmdline"), "rb") as f:
+                data = f.read(limit)
+        except OSError:
+            return None
+        return data.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+
     def ns_pid(self, pid: int) -> int | None:
         """``pid``'s PID inside its own PID namespace when nested, else (or unreadable) None."""
         try:
