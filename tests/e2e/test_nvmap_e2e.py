@@ -96,3 +96,27 @@ def test_without_the_file_the_status_says_why(start_daemon: Callable[..., Daemon
     status = json.loads(memagent_cli("status", "--json", "--socket", d.socket).stdout)
     assert status["gpu_source"] in ("nvml", "none")  # nvml on a box with an NVIDIA GPU
     assert f"nvmap: {missing} not found" in status["gpu_source_note"]
+
+
+def test_a_label_budget_counts_gpu_memory_on_unified_memory(
+    start_daemon: Callable[..., Daemon], make_target: Callable[..., Target], tmp_path: Path
+) -> None:
+    """On a Jetson (nvmap) RAM and GPU memory are one pool: a label's budget counts both."""
+    clients = tmp_path / "clients"
+    t = make_target()
+    write_clients(clients, {t.pid: 1024})  # 1 MiB of GPU memory: far under the budget
+    cfg = tmp_path / "memagent.toml"
+    cfg.write_text(f'[gpu]\nnvmap_clients = "{clients}"\n[budgets]\nmodels = "2GiB"\n')
+    d = start_daemon("--config", str(cfg), "--interval", "0.1", "--no-stacks")
+    with d.client() as c:
+        c.attach([t.pid], label="models")
+    poll("its GPU memory", lambda: vram(d, t.pid) == (1024 * K, 1024 * K))
+
+    def budget_alert() -> dict[str, Any] | None:
+        status = json.loads(memagent_cli("status", "--json", "--socket", d.socket).stdout)
+        return next((a for a in status["alerts_active"] if a["kind"] == "budget"), None)
+
+    assert budget_alert() is None  # RSS (~20 MiB) + 1 MiB of a 2 GiB budget
+    write_clients(clients, {t.pid: 3 << 20})  # 3 GiB of GPU memory: the RSS alone is far under 2 GiB
+    alert = poll("the budget alert, counting the GPU memory", budget_alert)
+    assert alert["resource"] == "models" and "of a 2.00 GiB budget" in alert["message"], alert

@@ -91,8 +91,9 @@ class AlertEngine:
         self._state, self._devices, self._next_full = state, devices, now + 1.0
         watched = list(self.registry.entries.values())
         mem = self.procfs.meminfo()
-        host = host_headroom(HostInputs(mem.get("MemTotal", 0), mem.get("MemAvailable", 0),
-                                        unified=any(d.unified for d in devices)), watched, self.headroom_config)
+        unified = any(d.unified for d in devices)
+        host = host_headroom(HostInputs(mem.get("MemTotal", 0), mem.get("MemAvailable", 0), unified=unified),
+                             watched, self.headroom_config)
         self.sharing.on_unwatched(now, host.unwatched_bytes)
         views = [host]
         gpu_views = [gpu_headroom(d, watched, self.headroom_config) for d in devices if not d.lost and d.total]
@@ -112,7 +113,7 @@ class AlertEngine:
                 else "is no longer sampled"
             self.book.clear(AlertKind.HEADROOM, resource, f"resolved: {printable(resource)} {gone}")
         self._pressure()
-        self._budgets(watched)
+        self._budgets(watched, unified)
         if now >= self._next_leak:
             self._next_leak = now + LEAK_EVERY
             self._leaks(now, host)
@@ -149,11 +150,18 @@ class AlertEngine:
                                    f"memory pressure: tasks stalled on memory {self.pressure:.1f}% of the "
                                    f"last 10 s", []))
 
-    def _budgets(self, watched: list[Watched]) -> None:
+    def _budgets(self, watched: list[Watched], unified: bool) -> None:
+        """Each label's Σ peaks against its budget; on a unified-memory board (a Jetson read
+        through nvmap) a process's GPU memory peak counts with its RSS peak, as the host's
+        headroom counts it there (docs/gpu.md)."""
+
+        def peak(w: Watched) -> int:
+            return contribution(w) + ((w.vram_peak or 0) if unified else 0)
+
         for label, budget in self.config.budgets.items():
             mine = budgeted(watched, label)
-            total = sum(contribution(w) for w in mine)
-            top = [Contributor(w.pid, label, contribution(w)) for w in sorted(mine, key=contribution, reverse=True)]
+            total = sum(peak(w) for w in mine)
+            top = [Contributor(w.pid, label, peak(w)) for w in sorted(mine, key=peak, reverse=True)]
             self.book.evaluate(Reading(
                 AlertKind.BUDGET, label, total / budget if budget else 0.0, 1.0, 1.25, "ratio",
                 f"label '{printable(label)}': Σ peaks {_size(total)} of a {_size(budget)} budget", top[:5],
