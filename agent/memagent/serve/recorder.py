@@ -335,6 +335,10 @@ class FlightRecorder:
         if files is None or io is None:
             return
         writer, self.writer = self.writer, None
+        views = self.alerts.headroom
+        if writer is not None and views and [(h.resource, h.capacity_bytes, h.sum_peaks_bytes)
+                                             for h in views] != self._hr_marks:
+            writer.add(self._snapshot(time.time()))  # the headroom as it ended, if not recorded yet
         raw = writer.take_raw() if writer is not None else b""
         try:
             if raw:
