@@ -8,6 +8,7 @@ on its stdout, a sample frame carrying the awaited value. Never by sleeping.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.client
 import json
@@ -312,6 +313,27 @@ def spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes] | None:
         proc.kill()
         proc.wait()
     return None
+
+
+def remove_cgroups(root: Path, dirs: Sequence[Path]) -> None:
+    """Remove cgroups a test made under the hierarchy ``root``, deepest first: processes
+    still in them are moved back to the root first, and a directory a process is still
+    leaving is tried again for up to 5 s."""
+    for path in dirs:
+        with contextlib.suppress(OSError):
+            pids = (path / "cgroup.procs").read_text().split()
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    (root / "cgroup.procs").write_text(pid)
+    for path in sorted(set(dirs), key=lambda p: -len(p.parts)):
+        for _ in range(50):
+            try:
+                path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # a process is still leaving it
+                time.sleep(0.1)
 
 
 # --------------------------------------------------------------------------- metrics (docs/metrics.md)

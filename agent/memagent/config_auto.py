@@ -28,7 +28,7 @@ import functools
 import re
 import string
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,14 +255,19 @@ def check_names_list(v: object, key: str) -> list[str]:
     return list(items)
 
 
-def check_cmdline_pattern(v: object, key: str) -> str:
+def _checked(v: object, key: str, parse: Callable[[str], object], say: Callable[[str, ValueError], str]) -> str:
+    """``v`` if it is a string that ``parse`` takes; else ConfigError, worded by ``say``."""
     if not isinstance(v, str):
         raise ConfigError(key, f"expected a string, got {type(v).__name__}")
     try:
-        compile_cmdline(v)
+        parse(v)
     except ValueError as exc:
-        raise ConfigError(key, f"{_short(v)}: {exc}") from None
+        raise ConfigError(key, say(v, exc)) from None
     return v
+
+
+def check_cmdline_pattern(v: object, key: str) -> str:
+    return _checked(v, key, compile_cmdline, lambda text, exc: f"{_short(text)}: {exc}")
 
 
 def check_cmdline_patterns(v: object, key: str) -> list[str]:
@@ -273,13 +278,8 @@ def check_cmdline_patterns(v: object, key: str) -> list[str]:
 
 
 def check_template(v: object, key: str) -> str:
-    if not isinstance(v, str):
-        raise ConfigError(key, f"expected a string, got {type(v).__name__}")
-    try:
-        parse_template(v)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc) if label_problem(v) else f"{_short(v)}: {exc}") from None
-    return v
+    return _checked(v, key, parse_template,
+                    lambda text, exc: str(exc) if label_problem(text) else f"{_short(text)}: {exc}")
 
 
 def check_names(patterns: list[str], template: str | None) -> None:

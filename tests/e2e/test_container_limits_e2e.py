@@ -6,15 +6,13 @@ container; no container runtime. What a client sees of it: ``status --json``, th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Daemon, Target, free_port, memagent_cli, poll, scrape
+from conftest import Daemon, Target, free_port, memagent_cli, poll, remove_cgroups, scrape
 
 from memproto.recording import HeadroomSnapshot, open_recording
 from memproto.records import DaemonStatus, Headroom
@@ -45,18 +43,7 @@ class Limited:
         (self.dir / "cgroup.procs").write_text(str(pid))
 
     def remove(self) -> None:
-        for pid in (self.dir / "cgroup.procs").read_text().split():  # still alive: out first
-            with contextlib.suppress(OSError):
-                (self.root / "cgroup.procs").write_text(pid)
-        for d in (self.dir, self.dir.parent, self.top):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # a process is still leaving it
-                    time.sleep(0.1)
+        remove_cgroups(self.root, [self.dir, self.dir.parent, self.top])
 
 
 @pytest.fixture

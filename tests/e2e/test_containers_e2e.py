@@ -4,19 +4,17 @@ laid out as the engine's files; no container runtime."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Daemon, Target, memagent_cli, poll
+from conftest import Daemon, Target, memagent_cli, poll, remove_cgroups
 
 from memagent.proc.cgroup_identity import cgroup_path
 from memagent.proc.parse import parse_memory_cgroup
@@ -57,20 +55,7 @@ def make_cgroup() -> Iterator[MakeCgroup]:
         return path, f"/{top}/{relative}"
 
     yield make
-    for path in made:
-        for pid in (path / "cgroup.procs").read_text().split():  # targets still alive: out first
-            with contextlib.suppress(OSError):
-                (root / "cgroup.procs").write_text(pid)
-    dirs = {p for path in made for p in (path, *path.parents) if root in p.parents}
-    for path in sorted(dirs, key=lambda p: -len(p.parts)):  # deepest first: each is empty by then
-        for _ in range(50):
-            try:
-                path.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:  # a process is still leaving it
-                time.sleep(0.1)
+    remove_cgroups(root, [p for path in made for p in (path, *path.parents) if root in p.parents])
 
 
 def put(root: Path, relative: str, content: object) -> None:
