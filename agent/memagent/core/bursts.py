@@ -104,7 +104,7 @@ class Bursts:
             change += rnd.rss_change
             ran = None
             try:  # which threads ran since the round before (a GIL-waiter is sampled idle, yet runs)
-                now_cpu = w.handle.threads_cpu(t.tid for t in rnd.threads)
+                now_cpu = w.handle.thread_cpu(t.tid for t in rnd.threads)
                 ran = {tid: ns - cpu[tid] for tid, ns in now_cpu.items() if tid in cpu} if cpu else None
                 cpu = now_cpu
             except MemagentError:

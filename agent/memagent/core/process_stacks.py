@@ -59,11 +59,7 @@ def thread_weights(threads: list[ThreadStack], ran: dict[int, int] | None,
     chosen = ran_in or with_frames
     if not chosen:
         return {}
-    base = _rate(history.get(-1, [0, 0]))
-    raw = {t.thread_id: max(0.0, _rate(history.get(t.os_thread_id or -2, [0, 0])) - base) + LIFT_FLOOR
-           for t in chosen}
-    total = sum(raw.values())
-    return {tid: w / total for tid, w in raw.items()}
+    return _shares({t.thread_id: _rate(history.get(t.os_thread_id or -2, [0, 0])) for t in chosen}, history)
 
 
 def round_weights(candidates: dict[int, SampledThread], threads: int,
@@ -80,11 +76,17 @@ def round_weights(candidates: dict[int, SampledThread], threads: int,
     """
     if threads <= 1 and len(candidates) == 1:
         return {next(iter(candidates)): 1.0}, 1.0
-    base = _rate(history.get(-1, [0, 0]))
     rates = {tid: _rate(history.get(tid, [0, 0])) for tid in candidates}
-    raw = {tid: max(0.0, rate - base) + LIFT_FLOOR for tid, rate in rates.items()}
+    return _shares(rates, history), max(rates.values())
+
+
+def _shares(rates: dict[int, float], history: dict[int, list[int]]) -> dict[int, float]:
+    """Each thread's share, from its rate of rising windows: its lift over the rate of all
+    windows (never below 0), plus ``LIFT_FLOOR``, over the sum of them all."""
+    base = _rate(history.get(-1, [0, 0]))
+    raw = {key: max(0.0, rate - base) + LIFT_FLOOR for key, rate in rates.items()}
     total = sum(raw.values())
-    return {tid: w / total for tid, w in raw.items()}, max(rates.values())
+    return {key: w / total for key, w in raw.items()}
 
 
 def _rate(counts: list[int]) -> float:

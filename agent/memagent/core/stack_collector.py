@@ -60,6 +60,7 @@ Key = tuple[int, int]
 SAMPLING_WINDOW = 3.0
 SAMPLING_MIN = 1024 * 1024
 SAMPLING_FACTOR = 2.5
+NO_AUSTIN = "austin not found (pip install 'austin-dist<4', or set [stacks] austin)"
 
 
 class StackCollector:
@@ -89,8 +90,7 @@ class StackCollector:
         if config.enabled and self.py_spy is None:
             log.warning("py-spy not found: no Python stacks (%s)", ADVICE[StackState.MISSING])
         if config.enabled and config.sampler == "austin" and self.austin is None:
-            log.warning("austin not found: growth is attributed from occasional py-spy dumps only "
-                        "(pip install 'austin-dist<4', or set [stacks] austin)")
+            log.warning("%s: growth is attributed from occasional py-spy dumps only", NO_AUSTIN)
 
     @property
     def sampler(self) -> str:
@@ -113,7 +113,7 @@ class StackCollector:
         if self.config.sampler == "dumps":
             return "py-spy dumps one after the other while a process grows"
         if self.austin is None:
-            return "austin not found (pip install 'austin-dist<4', or set [stacks] austin)"
+            return NO_AUSTIN
         return f"{self.austin}: {1000 // BURST_INTERVAL_MS} Hz for {BURST_SECONDS:g} s while a process grows"
 
     def of(self, w: Watched) -> ProcessStacks:

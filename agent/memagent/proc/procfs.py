@@ -48,7 +48,7 @@ from .parse import (
     parse_status_uids,
 )
 from .sharing import SharingFacts, sharing_facts
-from .threads import CLOCK_TICKS, thread_cpu, threads_cpu
+from .threads import CLOCK_TICKS, thread_cpu
 
 __all__ = ["CLOCK_TICKS", "MAX_ARG_CHARS", "MAX_CMDLINE_CHARS", "PAGE_SIZE", "MemoryAccess", "ProcFS", "ProcessFacts",
            "ProcessHandle", "read_boundary", "translate_errors"]
@@ -372,16 +372,12 @@ class ProcessHandle:
         with read_boundary(self.pid):
             return parse_statm(self.statm_bytes()).resident * PAGE_SIZE
 
-    def thread_cpu(self) -> dict[int, int]:
-        """Each thread's CPU time so far (TID -> ns; gone threads left out): two readings tell
-        which threads ran in between (:func:`.threads.thread_cpu`)."""
+    def thread_cpu(self, tids: Iterable[int] | None = None) -> dict[int, int]:
+        """Each thread's CPU time so far (TID -> ns; gone threads left out), or of the
+        threads ``tids`` only: two readings tell which threads ran in between
+        (:func:`.threads.thread_cpu`)."""
         with read_boundary(self.pid):
-            return thread_cpu(self._dir)
-
-    def threads_cpu(self, tids: Iterable[int]) -> dict[int, int]:
-        """:meth:`thread_cpu` of the threads ``tids`` only (:func:`.threads.threads_cpu`)."""
-        with read_boundary(self.pid):
-            return threads_cpu(self._dir, tids)
+            return thread_cpu(self._dir, tids)
 
     def alive(self) -> bool:
         """Whether the process is still there (a read through its descriptors works)."""

@@ -16,30 +16,18 @@ CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _READ_SIZE: Final = 1024
 
 
-def thread_cpu(process_dir: int) -> dict[int, int]:
+def thread_cpu(process_dir: int, tids: Iterable[int] | None = None) -> dict[int, int]:
     """TID -> CPU time in ns of each thread under the open ``/proc/PID`` directory
-    ``process_dir``; threads gone meanwhile are left out. ``schedstat`` (ns), else
-    ``stat``'s clock ticks. OSError (the process is gone) is the caller's to translate."""
+    ``process_dir`` (or of the threads ``tids`` only, with no directory listing: read at each
+    sampled round of a burst, for the few threads with Python stacks); threads gone
+    meanwhile are left out. ``schedstat`` (ns), else ``stat``'s clock ticks. OSError (the
+    process is gone) is the caller's to translate."""
     task = os.open("task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=process_dir)
     try:
         cpu = {}
-        for name in os.listdir(task):
+        for name in os.listdir(task) if tids is None else map(str, tids):
             with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError, IndexError):
                 cpu[int(name)] = _thread_ns(task, name)
-        return cpu
-    finally:
-        os.close(task)
-
-
-def threads_cpu(process_dir: int, tids: Iterable[int]) -> dict[int, int]:
-    """As :func:`thread_cpu`, for the threads ``tids`` only (no directory listing): read at
-    each sampled round of a burst, for the few threads with Python stacks."""
-    task = os.open("task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=process_dir)
-    try:
-        cpu = {}
-        for tid in tids:
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError, IndexError):
-                cpu[tid] = _thread_ns(task, str(tid))
         return cpu
     finally:
         os.close(task)

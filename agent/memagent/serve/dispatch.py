@@ -103,6 +103,16 @@ async def _encode_list(tag: str, fixed: dict[str, object], field: str, items: It
     return encoder.bytes()
 
 
+GROUP_MISUSE = "at most one of cgroup, unit, container, not empty"
+
+
+def _group(cgroup: str | None, unit: str | None, container: str | None) -> list[tuple[str, str]] | None:
+    """The group an ``attach`` or ``detach`` names, as ``[(kind, value)]`` (empty: none);
+    None when it names more than one or an empty one."""
+    given = [(kind, v) for kind, v in zip(KINDS, (cgroup, unit, container), strict=True) if v is not None]
+    return None if len(given) > 1 or any(not v for _, v in given) else given
+
+
 def _memory_reader(w: Watched) -> int | None:
     """The unprivileged UID that may read ``w``'s memory, re-read while it runs (it may
     change its UIDs or dumpability); an exited process keeps the last word."""
@@ -165,10 +175,9 @@ class Dispatcher:
                     w.label_trusted = trusted
             return watched
 
-        given = (req.cgroup, req.unit, req.container)
-        selected = [(kind, v) for kind, v in zip(KINDS, given, strict=True) if v is not None]
-        if len(selected) > 1 or any(not v for _, v in selected):
-            return Error(req.id, ErrorCode.INVALID, "at most one of cgroup, unit, container, not empty")
+        selected = _group(req.cgroup, req.unit, req.container)
+        if selected is None:
+            return Error(req.id, ErrorCode.INVALID, GROUP_MISUSE)
         pace = self.pacer.start()
         if req.container and req.pids:  # PIDs as the container sees them: those only, no rule
             members = await self._members("container", req.container)
@@ -229,10 +238,9 @@ class Dispatcher:
                 self.registry.procfs.stat(pid)  # NoSuchProcess(pid): "no such process: N"
             raise NotWatched(pid)
 
-        given = [(kind, v) for kind, v in zip(KINDS, (req.cgroup, req.unit, req.container), strict=True)
-                 if v is not None]
-        if len(given) > 1 or any(not v for _, v in given):
-            return Error(req.id, ErrorCode.INVALID, "at most one of cgroup, unit, container, not empty")
+        given = _group(req.cgroup, req.unit, req.container)
+        if given is None:
+            return Error(req.id, ErrorCode.INVALID, GROUP_MISUSE)
         pace = self.pacer.start()
         detached, failed = await _each_pid(req.pids, one, pace)
         ended = 0

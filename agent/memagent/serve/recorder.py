@@ -85,6 +85,11 @@ class EventTee:
             sink.detached(w)
 
 
+def _marks(views: list[Headroom]) -> list[tuple[str, int, int]]:
+    """What of the headroom :func:`_moved` compares: each resource, its capacity, its Σ."""
+    return [(h.resource, h.capacity_bytes, h.sum_peaks_bytes) for h in views]
+
+
 def _moved(old: list[tuple[str, int, int]], new: list[tuple[str, int, int]]) -> bool:
     """Whether the headroom changed enough to be worth a snapshot: another set of resources,
     or a capacity or a Σ of peaks moved by 1 % of the capacity (at least 1 MiB). A derived
@@ -173,7 +178,7 @@ class FlightRecorder:
         if (views is self._hr_seen or now - self._hr_at < 1.0) and now - self._hr_at < HEADROOM_EVERY:
             return
         self._hr_seen = views
-        marks = [(h.resource, h.capacity_bytes, h.sum_peaks_bytes) for h in views]
+        marks = _marks(views)
         if (views or self._hr_marks) and (now - self._hr_at >= HEADROOM_EVERY or _moved(self._hr_marks, marks)):
             self._hr_marks, self._hr_at = marks, now
             self._add(self._snapshot(now))
@@ -336,8 +341,7 @@ class FlightRecorder:
             return
         writer, self.writer = self.writer, None
         views = self.alerts.headroom
-        if writer is not None and views and [(h.resource, h.capacity_bytes, h.sum_peaks_bytes)
-                                             for h in views] != self._hr_marks:
+        if writer is not None and views and _marks(views) != self._hr_marks:
             writer.add(self._snapshot(time.time()))  # the headroom as it ended, if not recorded yet
         raw = writer.take_raw() if writer is not None else b""
         try:
