@@ -45,6 +45,9 @@ class Bursts:
         self.on_peak_stack = on_peak_stack
         self.started = 0
         self._tasks: dict[Key, asyncio.Task[None]] = {}
+        #: Bursts stopped (their process exited, or was detached) that are still reaping
+        #: their Austin: awaited at shutdown too, or the loop closes before the kill is reaped.
+        self._stopping: set[asyncio.Task[None]] = set()
         self._retry: dict[Key, float] = {}
 
     def running(self, key: Key) -> bool:
@@ -63,6 +66,8 @@ class Bursts:
         task = self._tasks.pop(key, None)
         if task is not None:
             task.cancel()
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
 
     def forget(self, key: Key) -> None:
         """``key`` is no longer watched."""
@@ -70,12 +75,14 @@ class Bursts:
         self._retry.pop(key, None)
 
     def take_all(self) -> list[asyncio.Task[None]]:
-        """Every running burst, cancelled, for the caller to await (the agent stops)."""
-        tasks = list(self._tasks.values())
+        """Every burst not yet done, for the caller to await (the agent stops): the running
+        ones cancelled now, the stopping ones as they were. Cancelled once each: a second
+        cancel would cut a burst's wait for its Austin run, left to be reaped by nobody."""
+        running = list(self._tasks.values())
         self._tasks.clear()
-        for task in tasks:
+        for task in running:
             task.cancel()
-        return tasks
+        return [*running, *self._stopping]
 
     async def _burst(self, w: Watched, ps: ProcessStacks) -> None:
         """Austin on ``w`` for as long as it grows (``sampling_until``), window after window."""
@@ -96,21 +103,21 @@ class Bursts:
     async def _window(self, w: Watched, ps: ProcessStacks) -> austin.BurstEnd:
         """One Austin run: its rounds credited as they come."""
         assert self.program is not None
-        change, at_start = 0, w.rss
         cpu: dict[int, int] = {}
 
-        def on_round(rnd: SampleRound, start: int | None) -> None:
-            nonlocal change, cpu  # the RSS: Austin's at attach (else ours), plus every change since
-            change += rnd.rss_change
-            ran = None
-            try:  # which threads ran since the round before (a GIL-waiter is sampled idle, yet runs)
+        def on_round(rnd: SampleRound, _start: int | None) -> None:
+            # The RSS as it is now, read here: Austin's own (its figure at attach plus the
+            # changes since) lags the process by what grew before its first reading, and by
+            # what grows while no thread holds the GIL (tens of MiB on a fast rise).
+            nonlocal cpu
+            try:  # and which threads ran since the round before (a GIL-waiter is sampled idle, yet runs)
+                rss = w.handle.resident_bytes()
                 now_cpu = w.handle.thread_cpu(t.tid for t in rnd.threads)
-                ran = {tid: ns - cpu[tid] for tid, ns in now_cpu.items() if tid in cpu} if cpu else None
-                cpu = now_cpu
             except MemagentError:
-                if not w.handle.alive():  # gone: its PID may be another process's by now
-                    return
-            dump = ps.record_round(rnd, (start if start is not None else at_start) + change, w.vram, time.time(), ran)
+                return  # gone: its PID may be another process's by now
+            ran = {tid: ns - cpu[tid] for tid, ns in now_cpu.items() if tid in cpu} if cpu else None
+            cpu = now_cpu
+            dump = ps.record_round(rnd, rss, w.vram, time.time(), ran)
             if dump is not None:
                 self.on_peak_stack(w, dump)
 

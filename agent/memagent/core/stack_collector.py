@@ -259,9 +259,10 @@ class StackCollector:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         finally:
-            tasks = list(self._tasks) + self.bursts.take_all()
+            tasks = list(self._tasks)
             for task in tasks:
                 task.cancel()
+            tasks += self.bursts.take_all()  # cancelled there, once
             # Wait for them (each reaps its py-spy): nothing of ours outlives the loop.
             await asyncio.gather(*tasks, return_exceptions=True)
 

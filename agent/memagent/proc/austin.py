@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from memproto.records import StackFrame
 
-from .children import die_with, find_program
+from .children import die_with, find_program, kill_and_reap
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +193,7 @@ async def sample(austin: str, pid: int, seconds: float, interval_ms: int,
         err = await proc.stderr.read(4096)
         status = await proc.wait()
     except asyncio.CancelledError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await asyncio.shield(proc.wait())
+        await kill_and_reap(proc)
         raise
     if status == 0 or rounds:
         return BurstEnd(rounds)

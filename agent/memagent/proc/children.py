@@ -3,6 +3,8 @@ with the agent."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -62,3 +64,16 @@ def die_with(parent: int) -> Callable[[], None] | None:
             os._exit(1)
 
     return preexec
+
+
+async def kill_and_reap(proc: asyncio.subprocess.Process) -> None:
+    """Kill a helper and wait until it is reaped, even when cancelled again meanwhile (a
+    burst stopped at its process's exit is cancelled once more when the agent stops): one
+    that is not reaped before the loop closes makes its transport complain from a closed
+    loop, on the user's terminal. A SIGKILLed process is reaped within milliseconds."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    waiting = asyncio.ensure_future(proc.wait())
+    while not waiting.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(waiting)

@@ -14,7 +14,6 @@ there is none (:class:`memproto.vocabulary.StackState`) and what the user can do
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from memproto.records import StackDump, StackFrame, ThreadStack
 from memproto.vocabulary import StackState
 
-from .children import die_with, find_program
+from .children import die_with, find_program, kill_and_reap
 
 log = logging.getLogger(__name__)
 
@@ -127,17 +126,11 @@ async def dump(py_spy: str, pid: int, timeout: float, now: Callable[[], float], 
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
     except asyncio.TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
+        await kill_and_reap(proc)
         log.warning("py-spy on %d hung for %g s: killed", pid, timeout)
         return DumpResult(None, StackState.TIMEOUT, ADVICE[StackState.TIMEOUT])
     except asyncio.CancelledError:
-        # The agent stops mid-dump: reap py-spy before the loop closes, or its transport
-        # complains from a closed loop at exit.
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await asyncio.shield(proc.wait())
+        await kill_and_reap(proc)  # the agent stops mid-dump: reaped before its loop closes
         raise
     if proc.returncode != 0:
         state, message = classify_failure(err.decode("utf-8", "replace"), pid_alive())
