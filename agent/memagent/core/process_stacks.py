@@ -39,6 +39,11 @@ LIFT_FLOOR = 0.02
 #: A sampled round (10 ms) counts as rising when the RSS rose this much since the last:
 #: 16 pages; a running interpreter's own few pages come and go below it.
 ROUND_RISE_MIN = 64 * 1024
+#: A rising round is a stack for the peak only when its attributed thread is credited at
+#: least this share of the rise: a bystander in every round (a compute loop whose own
+#: short-lived lists top the RSS by a MiB) is credited only the base rate, and its stack
+#: is not the peak's.
+PEAK_SHARE_MIN = 0.5
 
 
 def thread_weights(threads: list[ThreadStack], ran: dict[int, int] | None,
@@ -244,8 +249,8 @@ class ProcessStacks:
         RSS change shared among the threads that ran in between (:func:`round_weights`), by
         the stack they were sampled running in at this round or else the one before (a
         thread waiting for the GIL is sampled idle, yet it runs between samples); when it
-        rose (``ROUND_RISE_MIN``) and the thread with the largest share is more often
-        running while memory rises than not, a stack for the peak. Returns the round's
+        rose (``ROUND_RISE_MIN``) and the thread with the largest share is credited at least
+        ``PEAK_SHARE_MIN`` of the rise, a stack for the peak. Returns the round's
         :class:`StackDump` when it became the stack at peak, else None."""
         current = {t.tid: t for t in rnd.threads if t.frames_text}
         previous, self.prev_round = self.prev_round, current
@@ -271,8 +276,7 @@ class ProcessStacks:
                 _bump(self.by_function, (leaf.name, leaf.filename), share)
         self.dropped += growth - int(growth * credited)
         chosen = max(weights, key=lambda k: weights[k])
-        base = _rate(self.history.get(-1, [0, 0]))
-        if not rose or (len(current) > 1 and _rate(self.history.get(chosen, [0, 0])) <= base):
+        if not rose or credited * weights[chosen] < PEAK_SHARE_MIN:
             return None
         total = rss + (vram or 0)
         dump = StackDump(now, StackTrigger.SAMPLING, rss, vram, [
