@@ -20,7 +20,7 @@ FILE_CALLS = {"open", "os.open", "os.listdir", "os.readlink", "os.scandir", "os.
 KERNEL_PREFIXES = ("/proc", "/sys", "/dev/kmsg")
 #: Deliberate exceptions, each with its reason.
 ALLOWED = {
-    ("config.py", "open"): "the TOML configuration file, not a kernel file",
+    ("config/file.py", "open"): "the TOML configuration file, not a kernel file",
     ("cli/main.py", "os.open"): "/dev/null over a closed stdout (| head)",
     ("serve/listen.py", "os.stat"): "the daemon's own socket file and its directories",
     ("serve/listen.py", "os.lstat"): "the daemon's own socket file and its directories",

@@ -14,7 +14,7 @@ from conftest import MiB, memagent_cli
 
 from memagent.agent import Agent
 from memagent.config import SCHEMA, agent_config, key_line, load, parse_size, validate
-from memagent.config_schema import Number, Size, Whole
+from memagent.config.checks import Number, Size, Whole
 from memagent.errors import ConfigError
 
 

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import resource
 import time
-from collections import deque
 
 from memproto.records import Alert
 from memproto.text import printable
-from memproto.vocabulary import AlertKind, AlertState, Severity
+from memproto.vocabulary import AlertState, Severity
 
 from .alerting.engine import AlertEngine
 from .alerting.hooks import HookRunner
-from .config import RESTART_KEYS, AgentConfig, AlertConfig, changed_keys
+from .config import AgentConfig, AlertConfig, copy_live, split_changes
 from .core.autoattach import Scanner
 from .core.containers import ContainerNames, apply_names
 from .core.gpu import GpuSampler
@@ -252,11 +250,11 @@ class Agent:
     def reload(self, new: AgentConfig) -> tuple[list[str], list[str]]:
         """Apply a configuration read again (SIGHUP) to the running parts: what is watched,
         its peaks, history, labels, alerts and clients stay. Returns the file keys applied
-        and those kept at their running value until a restart (:data:`RESTART_KEYS`). What
-        can fail (a group or hook user gone) is done first: on ConfigError nothing changed."""
-        changed = changed_keys(self.config, new)
-        kept = [k for k in changed if k in RESTART_KEYS]
-        applied = [k for k in changed if k not in RESTART_KEYS]
+        and those kept at their running value until a restart (each key's declared
+        ``reload``, memagent.config.sections). Each part applies its own live keys; a
+        restart key is never applied. What can fail (a group or hook user gone) is done
+        first: on ConfigError nothing changed."""
+        applied, kept = split_changes(self.config, new)
         if not applied:
             return applied, kept
         policy = AccessPolicy(resolve_group(new.admin_group, "admin_group"), self.procfs)
@@ -266,31 +264,17 @@ class Agent:
             hooks = HookRunner(a.hook, a.hook_timeout, user=a.hook_user, min_interval=a.hook_min_interval,
                                rate=a.hook_rate, burst=a.hook_burst)
         c = self.config
-        # In place: every part holds these objects (engine, sharing, stacks, status report).
-        for name in ("auto", "auto_cmdline", "auto_label", "admin_group", "status_refresh", "max_clients",
-                     "max_clients_per_uid", "client_idle_timeout"):
-            setattr(c, name, getattr(new, name))
-        for part, fresh, fixed in ((c.headroom, new.headroom, ()), (c.alerts, new.alerts, ()),
-                                   (c.stacks, new.stacks, ("enabled", "py_spy")), (c.record, new.record, ("enabled",)),
-                                   (c.metrics, new.metrics, ("listen",))):
-            for f in dataclasses.fields(part):
-                if f.name not in fixed:
-                    setattr(part, f.name, getattr(fresh, f.name))
+        copy_live(c, new)  # the top-level keys, in place: the status report holds this object
         self.sampler.status_every = self.gpu.exact_every = max(1, round(c.status_refresh / c.interval))
         if {"auto", "auto_cmdline", "auto_label"} & set(applied):  # a new scanner looks at every process again
             self.scanner = self.process_events.scanner = Scanner(self.registry, c.auto, label=c.auto_label,
                                                                  groups=self.groups, cmdline=c.auto_cmdline)
-        self.stacks.bucket.rate = c.stacks.budget
-        book = self.alerts.book
-        book.hysteresis = c.alerts.hysteresis
-        if book.recent.maxlen != c.alerts.recent:
-            book.recent = deque(book.recent, maxlen=c.alerts.recent)
-        for label in book.resources(AlertKind.BUDGET) - set(c.alerts.budgets):
-            book.clear(AlertKind.BUDGET, label, f"resolved: label '{printable(label)}' has no budget any more")
-        s = self.server
-        s.policy = policy  # for new connections: a client's access is decided once, at connect
-        s.max_clients, s.max_clients_per_uid, s.idle_timeout = c.max_clients, c.max_clients_per_uid, \
-            c.client_idle_timeout
+        self.stacks.apply(new.stacks)
+        self.alerts.apply(new.headroom, new.alerts)
+        self.recorder.apply(new.record)
+        self.metrics.apply(new.metrics)
+        self.server.apply(policy, max_clients=c.max_clients, max_clients_per_uid=c.max_clients_per_uid,
+                          idle_timeout=c.client_idle_timeout)
         if hooks is not None:
             old, self.hooks = self.hooks, hooks
             task = asyncio.ensure_future(_retire(old))

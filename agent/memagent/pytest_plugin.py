@@ -102,7 +102,7 @@ class Measured:
 def read_budget(marker: pytest.Mark) -> tuple[Budget | None, str | None]:
     """A ``memory_budget`` marker, checked: (the budget, None), or (None, what is wrong, in
     one line, ``memory_budget: ...``)."""
-    from memagent.config_schema import parse_size
+    from memagent.config import parse_size
     from memagent.errors import ConfigError
 
     unknown = sorted(set(marker.kwargs) - {"growth"})

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from memagent.alerting.hooks import LANG, HookRunner
+from memagent.config import HOOK_PATH as PATH
 from memagent.config import AlertConfig, validate
-from memagent.config_schema import HOOK_PATH as PATH
 from memagent.errors import ConfigError
 from memproto.records import Alert
 from memproto.vocabulary import AlertState, Severity

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import Daemon, memagent_cli, poll
 
-from memagent.config_auto import MAX_CMDLINE
+from memagent.config.auto import MAX_CMDLINE
 
 SLEEPER = "import time\ntime.sleep(300)\n"
 Spawn = Callable[..., "subprocess.Popen[bytes]"]

@@ -22,7 +22,7 @@ import pytest
 from conftest import Daemon, Target, memagent_cli
 
 from memagent.alerting.hooks import LANG
-from memagent.config_schema import HOOK_PATH as PATH
+from memagent.config import HOOK_PATH as PATH
 from memproto.client_side import RequestFailed
 from memproto.frames import AlertRaised, Exited
 from memproto.records import Alert

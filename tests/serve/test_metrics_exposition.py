@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from memagent.config_metrics import split_listen
+from memagent.config import split_listen
 from memagent.core.histogram import Histogram
 from memagent.serve.exposition import render_text
 from memagent.serve.metrics_http import parse_head, wants_openmetrics

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def _interval(text: str) -> float:
-    """The embedded agent's interval: the daemon's range (memagent.config_schema) for the
+    """The embedded agent's interval: the daemon's range (memagent.config.schema) for the
     same key; checked here, so a bad value is a usage error before the screen opens."""
     try:
         value = float(text)

@@ -48,6 +48,12 @@ class AlertBook:
         self.recent: deque[Alert] = deque(maxlen=recent)
         self._ids = itertools.count(1)
 
+    def apply(self, hysteresis: float, recent: int) -> None:
+        """A reload: the new hysteresis; the recent list resized, its newest kept."""
+        self.hysteresis = hysteresis
+        if self.recent.maxlen != recent:
+            self.recent = deque(self.recent, maxlen=recent)
+
     def _severity(self, r: Reading, current: str | None) -> str | None:
         """The severity ``r`` deserves, with hysteresis relative to ``current``."""
         keep = 1 - self.hysteresis

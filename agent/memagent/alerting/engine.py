@@ -19,7 +19,7 @@ from memproto.text import printable
 from memproto.units import format_size
 from memproto.vocabulary import AlertKind, AlertState, OomSource, Resource, Severity
 
-from ..config import AlertConfig, HeadroomConfig
+from ..config import AlertConfig, HeadroomConfig, copy_live
 from ..core.registry import Registry
 from ..core.watched import Watched
 from ..proc.cgroups import ROOT, oom_kill_count
@@ -117,6 +117,15 @@ class AlertEngine:
         if now >= self._next_leak:
             self._next_leak = now + LEAK_EVERY
             self._leaks(now, host)
+
+    def apply(self, headroom: HeadroomConfig, alerts: AlertConfig) -> None:
+        """A reload: the new thresholds, capacity and budgets, in place (the sharing
+        tracker holds the same headroom config); a budget no longer set resolves its alert."""
+        copy_live(self.headroom_config, headroom)
+        copy_live(self.config, alerts)
+        self.book.apply(self.config.hysteresis, self.config.recent)
+        for label in self.book.resources(AlertKind.BUDGET) - set(self.config.budgets):
+            self.book.clear(AlertKind.BUDGET, label, f"resolved: label '{printable(label)}' has no budget any more")
 
     # ------------------------------------------------------------------ kinds
 

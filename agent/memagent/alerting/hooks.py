@@ -41,8 +41,7 @@ from memproto.schema import to_wire
 from memproto.text import printable
 from memproto.vocabulary import AlertState
 
-from ..config import lookup_user
-from ..config_schema import HOOK_PATH
+from ..config import HOOK_PATH, lookup_user
 
 log = logging.getLogger(__name__)
 

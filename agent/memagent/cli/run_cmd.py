@@ -29,7 +29,7 @@ from memproto.records import DaemonStatus, GrowthSite, StackDump
 from memproto.text import printable
 from memproto.vocabulary import Resource
 
-from ..config_schema import parse_size
+from ..config import parse_size
 from ..errors import ConfigError, MemagentError
 from .args import Parser, UsageError, seconds_arg
 from .client import Client, connect

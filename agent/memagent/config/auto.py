@@ -2,9 +2,9 @@
 and ``auto_label`` (a label template), their checks, and the compiled forms the scanner
 (:mod:`memagent.core.autoattach`) matches and renders with.
 
-Its own module because the two configuration modules are at their size limit. What a
-user writes is checked once, here, by the flag's type and the file's key alike: a
-pattern or template that passes cannot fail or stall the daemon later.
+What a user writes is checked once, here, by the flag's type and the file's key alike: a
+pattern or template that passes cannot fail or stall the daemon later. The keys
+themselves are declared with the others in :mod:`memagent.config.sections`.
 
 * A command-line pattern is matched against the process's argv joined by spaces, as
   ``ps`` shows it, cut to :data:`MAX_CMDLINE` characters. A plain pattern is a glob
@@ -29,7 +29,7 @@ import re
 import string
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 try:  # Python 3.11 on
@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 from memproto.text import label_problem
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: The command line is matched up to this many characters: a backtracking regex costs up
 #: to the square of the length or more (see :func:`_too_slow`); 1 KiB holds the program,
@@ -53,17 +53,6 @@ SLOW_S = 0.02
 BUILTINS = ("comm", "exe", "container", "unit", "pid")
 _NAME = re.compile(r"[0-9]+|[A-Za-z_][A-Za-z0-9_]*")
 
-
-@dataclass(kw_only=True)
-class AutoAttachConfig:
-    """The auto-attach fields of :class:`memagent.config.AgentConfig` (its base)."""
-
-    #: Executable names (comm or exe basename), fnmatch.
-    auto: list[str] = field(default_factory=list)
-    #: Command-line patterns (glob, or ``re:REGEX``).
-    auto_cmdline: list[str] = field(default_factory=list)
-    #: Label template of auto-attached processes (None: a regex's first group, else none).
-    auto_label: str | None = None
 
 
 # ----------------------------------------------------------------------------- patterns
@@ -246,7 +235,7 @@ def unknown_placeholder(template: Template, patterns: list[CmdlinePattern]) -> s
 
 
 def check_names_list(v: object, key: str) -> list[str]:
-    """``auto``: executable name globs (as :mod:`memagent.config_schema`'s lists of strings)."""
+    """string list: executable name globs"""
     items = [v] if isinstance(v, str) else v
     if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
         raise ConfigError(key, "expected a list of strings")
@@ -271,6 +260,7 @@ def check_cmdline_pattern(v: object, key: str) -> str:
 
 
 def check_cmdline_patterns(v: object, key: str) -> list[str]:
+    """string list: globs, or ``re:REGEX``"""
     items = [v] if isinstance(v, str) else v
     if not isinstance(items, list):
         raise ConfigError(key, "expected a list of strings")
@@ -278,6 +268,7 @@ def check_cmdline_patterns(v: object, key: str) -> list[str]:
 
 
 def check_template(v: object, key: str) -> str:
+    """string: a label template (1 – 128 printable characters)"""
     return _checked(v, key, parse_template,
                     lambda text, exc: str(exc) if label_problem(text) else f"{_short(text)}: {exc}")
 
@@ -301,7 +292,3 @@ def check_file(values: dict[str, Any]) -> None:
 
 def _short(text: str) -> str:
     return repr(text) if len(text) <= 60 else f"{text[:50]!r}…({len(text)} characters)"
-
-
-#: The keys, with their checks (:data:`memagent.config_schema.SCHEMA` holds them).
-AUTO_SCHEMA = {"auto": check_names_list, "auto_cmdline": check_cmdline_patterns, "auto_label": check_template}

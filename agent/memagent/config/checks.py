@@ -1,15 +1,17 @@
-"""Every key of the daemon's configuration, with its check and its range.
+"""The kinds of check a configuration key has: numbers and sizes in a range, names,
+groups, users, a hook command, a choice among words.
 
-One validation for the file (``memagent check-config``, ``memagent daemon``) and for the
-daemon's flags (:func:`check_text`, the type of each flag): a value either passes here or
-is refused with :class:`ConfigError` naming its key, so nothing that passes can crash the
-daemon later (no NaN or infinity, no size or period it cannot hold). Ranges: listed in
-``docs/configuration.md``. Sizes: :func:`parse_size` (without a unit, 0 or at least 1 MiB).
+A check is ``check(value, key) -> value``: it returns the value as the daemon holds it,
+or raises :class:`ConfigError` naming ``key``, so nothing that passes can crash the
+daemon later (no NaN or infinity, no size or period it cannot hold). The file and the
+daemon's flags go through the same checks (:mod:`memagent.config.schema`). A check's
+:func:`describe` is the "Type" column of the table in ``docs/configuration.md``: a
+class says its range, a function says it in the first line of its docstring.
+Sizes: :func:`parse_size` (without a unit, 0 or at least 1 MiB).
 """
 
 from __future__ import annotations
 
-import difflib
 import grp
 import math
 import os
@@ -22,9 +24,7 @@ from typing import Any
 
 from memproto.text import label_problem
 
-from .config_auto import AUTO_SCHEMA, check_file
-from .config_metrics import METRICS_SCHEMA
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: Of ``[clients] max``, these are only for root and admin-group clients: a crowd of one
 #: user's connections never locks an operator out.
@@ -65,7 +65,7 @@ def _size_parts(value: object, key: str) -> tuple[int, bool]:
         if m and m.group(2).lower() in _UNITS:
             # Exact: a float of a long number would be inf, and int(inf) raises.
             return int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()]), bool(m.group(2))
-    raise ConfigError(key, f"not a size: {_r(value)} (use e.g. 512MiB, 2G, 1.5GiB or bytes)")
+    raise ConfigError(key, f"not a size: {shown(value)} (use e.g. 512MiB, 2G, 1.5GiB or bytes)")
 
 
 def parse_size(value: object, key: str = "size") -> int:
@@ -73,7 +73,7 @@ def parse_size(value: object, key: str = "size") -> int:
     return _size_parts(value, key)[0]
 
 
-def _r(value: object) -> str:
+def shown(value: object) -> str:
     """``repr(value)``, cut short: an error stays one readable line."""
     text = repr(value)
     return text if len(text) <= 80 else f"{text[:60]}…({len(text)} characters)"
@@ -87,7 +87,8 @@ def _bound(x: float) -> str:
     return f"{x:g}"
 
 
-def _human(n: int) -> str:
+def human(n: int) -> str:
+    """A size as a message shows it: ``1MiB``, ``12B``, ``1.099e+42 bytes``."""
     if n >= 10**18:
         return f"{_bound(n)} bytes"
     for unit, size in (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", MiB), ("KiB", KiB)):
@@ -96,7 +97,22 @@ def _human(n: int) -> str:
     return f"{n}B"
 
 
+def _spaced(n: int) -> str:
+    """A bound as the docs write it: ``0``, ``64 KiB``, ``1 PiB``."""
+    return "0" if n == 0 else re.sub(r"(\d)((?:[KMGTP]i)?B)$", r"\1 \2", human(n))
+
+
+#: ``check(value, key) -> value``; ConfigError naming ``key`` when the value is refused.
 Check = Callable[[object, str], Any]
+
+
+def describe(check: Check) -> str:
+    """What a check takes, in a few words (the doc table's "Type" column)."""
+    said = getattr(check, "describe", None)
+    if callable(said):
+        return str(said())
+    doc = (check.__doc__ or "").strip().splitlines()
+    return doc[0].rstrip(".") if doc else "?"
 
 
 class Number:
@@ -111,11 +127,15 @@ class Number:
         low = f"above {_bound(self.lo)}" if self.above else f"from {_bound(self.lo)}"
         return f"{low} to {_bound(self.hi)}{unit}"
 
+    def describe(self) -> str:
+        low = f"> {_bound(self.lo)} and ≤" if self.above else f"{_bound(self.lo)} –"
+        return f"number, {low} {_bound(self.hi)}"
+
     def __call__(self, v: object, key: str) -> float:
         if isinstance(v, bool) or not isinstance(v, int | float):
-            raise ConfigError(key, f"expected a number, got {_r(v)}")
+            raise ConfigError(key, f"expected a number, got {shown(v)}")
         if isinstance(v, float) and not math.isfinite(v):
-            raise ConfigError(key, f"not a finite number: {_r(v)}")
+            raise ConfigError(key, f"not a finite number: {shown(v)}")
         # Compared before float(): an integer past 1e308 has no float.
         if (v <= self.lo if self.above else v < self.lo) or v > self.hi:
             raise ConfigError(key, f"out of range: {_bound(v)} ({self.range})")
@@ -128,13 +148,16 @@ class Whole:
     def __init__(self, lo: int, hi: int) -> None:
         self.lo, self.hi = lo, hi
 
+    def describe(self) -> str:
+        return f"whole number, {self.lo} – {self.hi}"
+
     def __call__(self, v: object, key: str) -> int:
         if isinstance(v, float) and not math.isfinite(v):
-            raise ConfigError(key, f"not a finite number: {_r(v)}")
+            raise ConfigError(key, f"not a finite number: {shown(v)}")
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int):
-            raise ConfigError(key, f"expected a whole number, got {_r(v)}")
+            raise ConfigError(key, f"expected a whole number, got {shown(v)}")
         if not self.lo <= v <= self.hi:
             raise ConfigError(key, f"out of range: {_bound(v)} (from {self.lo} to {self.hi})")
         return v
@@ -146,55 +169,61 @@ class Size:
     def __init__(self, lo: int = 0, hi: int = MAX_SIZE) -> None:
         self.lo, self.hi = lo, hi
 
+    def describe(self) -> str:
+        return f"size, {_spaced(self.lo)} – {_spaced(self.hi)}"
+
     def __call__(self, v: object, key: str) -> int:
         n, unit = _size_parts(v, key)
         if not unit and 0 < n < MIN_BARE_SIZE:
-            raise ConfigError(key, f"{_r(v)} has no unit (bytes then, and under 1MiB surely not meant): "
+            raise ConfigError(key, f"{shown(v)} has no unit (bytes then, and under 1MiB surely not meant): "
                                    f"write e.g. \"{n}GiB\", \"{n}MiB\" or \"{n}B\"")
         if not self.lo <= n <= self.hi:
-            raise ConfigError(key, f"out of range: {_human(n)} (from {_human(self.lo)} to {_human(self.hi)})")
+            raise ConfigError(key, f"out of range: {human(n)} (from {human(self.lo)} to {human(self.hi)})")
         return n
 
 
-def _str(v: object, key: str) -> str:
+def text(v: object, key: str) -> str:
+    """string"""
     if not isinstance(v, str):
-        raise ConfigError(key, f"expected a string, got {_r(v)}")
+        raise ConfigError(key, f"expected a string, got {shown(v)}")
     if "\0" in v:
-        raise ConfigError(key, f"a NUL character in {_r(v)}")
+        raise ConfigError(key, f"a NUL character in {shown(v)}")
     return v
 
 
-def _name(v: object, key: str) -> str:
-    """A non-empty string: a path, a program, a user or group."""
-    if not _str(v, key):
+def nonempty(v: object, key: str) -> str:
+    """string, not empty"""
+    if not text(v, key):
         raise ConfigError(key, "empty; leave the key out for the default")
     return str(v)
 
 
-def _state_dir(v: object, key: str) -> str:
-    """An absolute directory path, or empty: keep no state (see memagent.serve.state)."""
-    path = _str(v, key)
+def path_or_empty(v: object, key: str) -> str:
+    """string: an absolute path, or ``""`` (off)"""
+    path = text(v, key)
     if path and not path.startswith("/"):
-        raise ConfigError(key, f"a relative path: {_r(path)} (give the full path, or \"\" for no state)")
+        raise ConfigError(key, f"a relative path: {shown(path)} (give the full path, or \"\" for no state)")
     return path
 
 
-def _bool(v: object, key: str) -> bool:
+def boolean(v: object, key: str) -> bool:
+    """boolean"""
     if not isinstance(v, bool):
-        raise ConfigError(key, f"expected true or false, got {_r(v)}")
+        raise ConfigError(key, f"expected true or false, got {shown(v)}")
     return v
 
 
-def _str_list(v: object, key: str) -> list[str]:
+def string_list(v: object, key: str) -> list[str]:
+    """string list"""
     if isinstance(v, str):
         v = [v]
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
         raise ConfigError(key, "expected a list of strings")
-    return [_str(x, key) for x in v]
+    return [text(x, key) for x in v]
 
 
-def _label(v: object, key: str) -> str:
-    problem = label_problem(_str(v, key))
+def label(v: object, key: str) -> str:
+    problem = label_problem(text(v, key))
     if problem is not None:
         raise ConfigError(key, problem)
     return str(v)
@@ -205,18 +234,19 @@ def lookup_user(name: str, key: str = "alerts.hook_user") -> pwd.struct_passwd:
     try:
         return pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
     except (KeyError, OverflowError, ValueError):
-        raise ConfigError(key, f"no such user: {_r(name)}") from None
+        raise ConfigError(key, f"no such user: {shown(name)}") from None
 
 
-def _user(v: object, key: str) -> str:
-    name = _str(v, key)
+def user(v: object, key: str) -> str:
+    """string: a user that exists"""
+    name = text(v, key)
     lookup_user(name, key)
     return name
 
 
-def _group(v: object, key: str) -> str:
-    """A group name that exists (looked up now), or a numeric GID."""
-    name = _name(v, key)
+def group(v: object, key: str) -> str:
+    """string: a group that exists (looked up now), or a GID"""
+    name = nonempty(v, key)
     if name.isascii() and name.isdigit():  # not "²": str.isdigit() says yes, int() no
         if int(name) > MAX_GID:
             raise ConfigError(key, f"not a GID: {name} (at most {MAX_GID})")
@@ -224,177 +254,52 @@ def _group(v: object, key: str) -> str:
     try:
         grp.getgrnam(name)
     except (KeyError, ValueError):
-        raise ConfigError(key, f"no such group: {_r(name)}") from None
+        raise ConfigError(key, f"no such group: {shown(name)}") from None
     return name
 
 
-def _hook(v: object, key: str) -> list[str]:
-    argv = _str_list(v, key)
+def hook(v: object, key: str) -> list[str]:
+    """string list: a program that exists and is executable, then its arguments"""
+    argv = string_list(v, key)
     if not argv:
         raise ConfigError(key, "an empty command; leave the key out for no hook")
     program = argv[0]
     if "/" in program and not program.startswith("/"):
-        raise ConfigError(key, f"a relative path: {_r(program)} (the hook runs in /: give the full path)")
+        raise ConfigError(key, f"a relative path: {shown(program)} (the hook runs in /: give the full path)")
     found = shutil.which(program, path=HOOK_PATH) if "/" not in program else program
     if not found or not os.path.isfile(found):
-        raise ConfigError(key, f"no such program: {_r(program)}" + ("" if "/" in program else f" (PATH={HOOK_PATH})"))
+        where = "" if "/" in program else f" (PATH={HOOK_PATH})"
+        raise ConfigError(key, f"no such program: {shown(program)}{where}")
     if not os.access(found, os.X_OK):
-        raise ConfigError(key, f"not executable: {_r(program)}")
+        raise ConfigError(key, f"not executable: {shown(program)}")
     return argv
 
 
-def _sampler(v: object, key: str) -> str:
-    if v not in ("austin", "dumps", "off"):
-        raise ConfigError(key, f"expected \"austin\", \"dumps\" or \"off\", got {_r(v)}")
-    return str(v)
+class Choice:
+    """One of a few words (``"austin"``, ``"dumps"`` or ``"off"``)."""
+
+    def __init__(self, *words: str) -> None:
+        self.words = words
+
+    @property
+    def said(self) -> str:
+        quoted = [f'"{w}"' for w in self.words]
+        return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+    def describe(self) -> str:
+        return self.said
+
+    def __call__(self, v: object, key: str) -> str:
+        if v not in self.words:
+            raise ConfigError(key, f"expected {self.said}, got {shown(v)}")
+        return str(v)
 
 
-def _budgets(v: object, key: str) -> dict[str, int]:
+def budgets(v: object, key: str) -> dict[str, int]:
+    """table: label = size"""
     if not isinstance(v, dict):
         raise ConfigError(key, "expected a table of label = size")
     size = Size()
-    return {_label(label, f"{key}.{label}"): size(value, f"{key}.{label}") for label, value in v.items()}
+    return {label(name, f"{key}.{name}"): size(value, f"{key}.{name}") for name, value in v.items()}
 
 
-SECONDS, DAY = "seconds", 86_400.0
-
-#: Every key, with its check: the file may hold these and nothing else.
-SCHEMA: dict[str, dict[str, Check] | Check] = {
-    "interval": Number(0.01, 60.0, SECONDS),
-    "socket": _name,
-    "state_dir": _state_dir,
-    **AUTO_SCHEMA,
-    "admin_group": _group,
-    "socket_group": _group,
-    "history": Number(1.0, DAY, SECONDS),
-    "status_refresh": Number(0.01, 600.0, SECONDS),
-    "host": {"capacity": Size(MiB), "reserve": Size(), "pss_refresh": Number(1.0, DAY, SECONDS),
-             "pss_drift": Size(MiB)},
-    "gpu": {"enabled": _bool, "reserve": Size(), "nvmap_clients": _state_dir},
-    "events": {"netlink": _bool},
-    "containers": {"root": _state_dir},
-    "stacks": {"enabled": _bool, "budget": Number(0.01, 100.0, "per second"), "timeout": Number(0.1, 60.0, SECONDS),
-               "py_spy": _name, "growth_threshold": Size(64 * KiB), "rotation": Number(1.0, DAY, SECONDS),
-               "sampler": _sampler, "austin": _name},
-    "alerts": {
-        "warn_fraction": Number(0.0, 10.0, above=True),
-        "critical_fraction": Number(0.0, 10.0, above=True),
-        "hysteresis": Number(0.0, 0.5),
-        "hook": _hook,
-        "hook_timeout": Number(0.1, 600.0, SECONDS),
-        "hook_user": _user,
-        "hook_min_interval": Number(0.0, DAY, SECONDS),
-        "hook_rate": Number(0.001, 100.0, "per second"),
-        "hook_burst": Whole(1, 100),
-        "pressure_threshold": Number(0.0, 100.0, "percent", above=True),
-        "leak_window": Number(1.0, DAY, SECONDS),
-        "leak_min_rate": Size(KiB),
-        "leak_horizon": Number(60.0, 365 * DAY, SECONDS),
-        "recent": Whole(0, 10_000),
-    },
-    "budgets": _budgets,
-    "record": {"enabled": _bool, "max_bytes": Size(MiB), "segment_bytes": Size(4 * KiB, 16 * MiB),
-               "retry_interval": Number(0.1, 3600.0, SECONDS)},
-    "clients": {"max": Whole(RESERVED_FOR_ADMINS + 1, 10_000), "max_per_uid": Whole(1, 10_000),
-                "idle_timeout": Number(0.1, DAY, SECONDS)},
-    "metrics": METRICS_SCHEMA,
-}
-
-
-def check_of(key: str) -> Check:
-    """The check of a dotted key (``interval``, ``stacks.budget``)."""
-    section, _, sub = key.partition(".")
-    spec = SCHEMA[section]
-    return spec[sub] if isinstance(spec, dict) else spec
-
-
-def check_text(key: str, text: str) -> Any:
-    """A command-line value for ``key``, through the key's own check."""
-    check = check_of(key)
-    value: object = text
-    if isinstance(check, Number | Whole):
-        try:
-            value = float(text)
-        except ValueError:
-            raise ConfigError(key, f"not a number: {_r(text)}") from None
-        if not math.isfinite(value):
-            raise ConfigError(key, f"not a finite number: {_r(text)}")
-    return check(value, key)
-
-
-def suggest(key: str, section: str | None) -> str:
-    """`` (did you mean 'x'?)`` for a misspelt ``key`` of ``section`` (None: top level)."""
-    spec = SCHEMA if section is None else SCHEMA[section]
-    assert isinstance(spec, dict)
-    close = difflib.get_close_matches(key, list(spec), n=1, cutoff=0.6)
-    if close:
-        return f" (did you mean {close[0]!r}?)"
-    elsewhere = [f"{s}.{key}" for s, sub in SCHEMA.items() if isinstance(sub, dict) and key in sub and s != section]
-    return f" (did you mean {elsewhere[0]!r}, under [{elsewhere[0].split('.')[0]}]?)" if elsewhere else ""
-
-
-#: A key of the data, as a path of table names (``("alerts", "hook")``).
-Where = tuple[str, ...]
-
-
-class Refused(ConfigError):
-    """A ConfigError that also says where in the data its key is (``where``), to find
-    the key's line in the file; :func:`memagent.config.validate` raises it as a plain one."""
-
-    def __init__(self, error: ConfigError, where: Where) -> None:
-        super().__init__(error.key, error.reason, error.path)
-        self.where = where
-
-
-def _checked(check: Check, value: object, key: str, where: Where) -> Any:
-    try:
-        return check(value, key)
-    except ConfigError as exc:
-        inner = exc.key[len(key) + 1:] if exc.key.startswith(f"{key}.") else None  # budgets.LABEL
-        raise Refused(exc, where if inner is None else (*where, inner)) from None
-
-
-def _check_keys(data: dict[str, Any]) -> dict[str, Any]:
-    """Each key on its own: the checked values, flattened to ``section.key``."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        spec = SCHEMA.get(key)
-        if spec is None:
-            raise Refused(ConfigError(key, "unknown key" + suggest(key, None)), (key,))
-        if isinstance(spec, dict):
-            if not isinstance(value, dict):
-                raise Refused(ConfigError(key, "expected a table"), (key,))
-            for sub, v in value.items():
-                check = spec.get(sub)
-                if check is None:
-                    raise Refused(ConfigError(f"{key}.{sub}", "unknown key" + suggest(sub, key)), (key, sub))
-                out[f"{key}.{sub}"] = _checked(check, v, f"{key}.{sub}", (key, sub))
-        else:
-            out[key] = _checked(spec, value, key, (key,))
-    return out
-
-
-def _check_together(values: dict[str, Any]) -> None:
-    """What no key decides alone."""
-    _checked(lambda v, k: check_file(values), None, "auto_label", ("auto_label",))
-    if values.get("alerts.critical_fraction", 1.0) < values.get("alerts.warn_fraction", 0.9):
-        where = ("alerts", "critical_fraction" if "alerts.critical_fraction" in values else "warn_fraction")
-        raise Refused(ConfigError("alerts.critical_fraction", "must not be below alerts.warn_fraction"), where)
-    if "alerts.hook" in values and "alerts.hook_user" not in values:
-        # The default user, whom a root daemon runs the hook as: it must exist too.
-        _checked(_user, "nobody", "alerts.hook_user", ("alerts", "hook"))
-    if values.get("record.segment_bytes", 0) * 2 > values.get("record.max_bytes", 256 * MiB):
-        where = ("record", "segment_bytes")
-        raise Refused(ConfigError("record.segment_bytes", "must be at most half of record.max_bytes"), where)
-    slots = values.get("history", 600.0) / max(1.0, values.get("interval", 0.5))
-    if slots > MAX_HISTORY_SLOTS:
-        raise Refused(ConfigError("history", f"{slots:.0f} slots per process, at most {MAX_HISTORY_SLOTS}"),
-                      ("history",))
-
-
-def check_all(data: dict[str, Any]) -> dict[str, Any]:
-    """The checked values of the parsed file ``data``, flattened to ``section.key``;
-    raises :class:`Refused`."""
-    values = _check_keys(data)
-    _check_together(values)
-    return values

@@ -1,136 +1,178 @@
-"""The daemon's TOML configuration: defaults, file, then command-line flags.
+"""The daemon's configuration as typed sections, each field declared once with its key.
 
-``--config FILE``, else ``/etc/memagent/memagent.toml`` when present. Every key is listed
-in ``docs/configuration.md`` and ``packaging/memagent.toml``; an unknown key or a wrong
-value is an error naming the key and its line, so a typo never silently keeps a default.
-Every key's check and range: :mod:`memagent.config_schema` (the flags go through the same
-checks). Sizes take ``512MiB``, ``2G``, ``1.5GiB`` or a number of bytes (K/M/G/T and
-KiB/MiB/GiB/TiB are binary; KB/MB/GB/TB are decimal); without a unit, 0 or at least 1 MiB.
+Each field that is a configuration key says everything about it where it is declared
+(:func:`memagent.config.keys.key`): its file key, its check and range, its default,
+whether SIGHUP applies it, its flag and one line of doc. :data:`KEYS` is derived from the
+fields; the schema, the daemon's flags, the file-and-flags merge, the reload split and
+the doc table are derived from :data:`KEYS`. A field declared plainly is no key: the
+embedded agent, the demo or a test may set it, the file may not.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import sys
-from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from memproto.paths import socket_path, user_socket
-from memproto.text import printable
-
-from .config_auto import AutoAttachConfig, check_names
-from .config_metrics import MetricsConfig, metrics_config
-from .config_schema import (
-    MAX_SIZE,
+from .auto import check_cmdline_patterns, check_names_list, check_template
+from .checks import (
     RESERVED_FOR_ADMINS,
-    SCHEMA,
-    Check,
+    Choice,
+    KiB,
     MiB,
-    Refused,
-    Where,
-    check_all,
-    check_of,
-    check_text,
-    lookup_user,
-    parse_size,
+    Number,
+    Size,
+    Whole,
+    boolean,
+    group,
+    nonempty,
+    path_or_empty,
+    user,
 )
-from .errors import ConfigError
+from .checks import (
+    budgets as label_sizes,
+)
+from .checks import (
+    hook as hook_command,
+)
+from .keys import LIVE, RESTART, Key, Table, flag, key, keys_of
+from .metrics import PER_PROCESS, file_path
+from .metrics import listen as listen_address
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
-__all__ = [
-    "DEFAULT_PATH", "MAX_FILE", "MAX_SIZE", "RESERVED_FOR_ADMINS", "RESTART_KEYS", "SCHEMA", "AgentConfig",
-    "AlertConfig", "Check", "ConfigError", "ConfigSource", "HeadroomConfig", "MetricsConfig", "MiB", "RecordConfig",
-    "StackConfig", "agent_config", "changed_keys", "check_of", "check_text", "default_path", "key_line", "load",
-    "lookup_user", "parse_size", "validate",
-]
-
-DEFAULT_PATH = "/etc/memagent/memagent.toml"
-#: A configuration file is read up to this size: a bigger one is refused (not a config).
-MAX_FILE = MiB
+SECONDS, DAY = "seconds", 86_400.0
 
 
 @dataclass
 class HeadroomConfig:
+    """What the headroom is measured against (docs/headroom.md)."""
+
     #: Memory the watched processes may use altogether; None: derived (see docs/headroom.md).
-    host_capacity: int | None = None
+    host_capacity: int | None = key(
+        "host.capacity", Size(MiB), None, reload=LIVE, shown_default="none: derived",
+        doc="What the watched processes may use altogether; left out, derived at every tick (headroom.md).")
     #: Kept free for everything else (used only when capacity is derived).
-    host_reserve: int = 256 * MiB
-    gpu_reserve: int = 256 * MiB
+    host_reserve: int = key("host.reserve", Size(), 256 * MiB, reload=LIVE,
+                            doc="Memory kept free for everything else; used only when `capacity` is derived.")
+    gpu_reserve: int = key("gpu.reserve", Size(), 256 * MiB, reload=LIVE,
+                           doc="Per GPU: memory kept free, subtracted from the GPU's total in its headroom.")
     #: Seconds between two PSS reads of a process (smaps_rollup holds its mmap lock).
-    pss_refresh: float = 30.0
+    pss_refresh: float = key("host.pss_refresh", Number(1.0, DAY, SECONDS), 30.0, reload=LIVE,
+                             doc="Seconds between two reads of a process's PSS (it takes the process's mmap lock).")
     #: Re-read the PSS of sharing processes when the host's used memory drifts this far
     #: from what the watched processes are thought to use (see docs/headroom.md).
-    pss_drift: int = 64 * MiB
+    pss_drift: int = key("host.pss_drift", Size(MiB), 64 * MiB, reload=LIVE,
+                         doc="The host's used memory drifting this far from the watched processes' re-reads PSS.")
 
 
 @dataclass
 class AlertConfig:
-    warn_fraction: float = 0.9
-    critical_fraction: float = 1.0
+    """When alerts fire and resolve, and the hook they run (docs/headroom.md)."""
+
+    warn_fraction: float = key("alerts.warn_fraction", Number(0.0, 10.0, above=True), 0.9, reload=LIVE,
+                               doc="Headroom ratio (Σ peaks / capacity) at which a `headroom` alert warns.")
+    critical_fraction: float = key("alerts.critical_fraction", Number(0.0, 10.0, above=True), 1.0, reload=LIVE,
+                                   doc="… and at which it is critical; not below `warn_fraction`.")
     #: A firing alert resolves only below threshold * (1 - hysteresis).
-    hysteresis: float = 0.05
-    hook: list[str] = field(default_factory=list)
-    hook_timeout: float = 5.0
+    hysteresis: float = key("alerts.hysteresis", Number(0.0, 0.5), 0.05, reload=LIVE,
+                            doc="A firing alert ends only below its threshold × (1 − `hysteresis`).")
+    hook: list[str] = key("alerts.hook", hook_command, [], reload=LIVE, shown_default="none: no hook",
+                          doc="A command (argument vector) run for every alert delivery, the alert as JSON on stdin.")
+    hook_timeout: float = key("alerts.hook_timeout", Number(0.1, 600.0, SECONDS), 5.0, reload=LIVE,
+                              doc="Seconds a hook may run; it is then killed with whatever it started.")
     #: Whom the hook runs as when the daemon is root (a user name or a numeric UID).
-    hook_user: str = "nobody"
+    hook_user: str = key("alerts.hook_user", user, "nobody", reload=LIVE,
+                         doc="Whom the hook runs as when the daemon is root: a user name or a UID as a string.")
     #: Per alert key (kind, resource): at most one hook run per this many seconds; a newer
     #: alert of the key waits, the latest one per key (see :mod:`memagent.alerting.hooks`).
-    hook_min_interval: float = 10.0
+    hook_min_interval: float = key("alerts.hook_min_interval", Number(0.0, DAY, SECONDS), 10.0, reload=LIVE,
+                                   doc="Per alert key: at most one hook run per this many seconds (coalesced).")
     #: For the whole daemon: hook runs per second, and how many at once after a lull.
-    hook_rate: float = 1.0
-    hook_burst: int = 5
+    hook_rate: float = key("alerts.hook_rate", Number(0.001, 100.0, "per second"), 1.0, reload=LIVE,
+                           doc="For the whole daemon: hook runs per second, on average (a token bucket).")
+    hook_burst: int = key("alerts.hook_burst", Whole(1, 100), 5, reload=LIVE,
+                          doc="Hook runs allowed at once after a quiet spell (the token bucket's size).")
     #: Memory PSI ``some avg10`` (percent of time stalled) that fires a pressure alert.
-    pressure_threshold: float = 10.0
+    pressure_threshold: float = key("alerts.pressure_threshold", Number(0.0, 100.0, "percent", above=True), 10.0,
+                                    reload=LIVE, doc="Memory PSI `some avg10` (percent) at which a `pressure` "
+                                                     "alert warns; critical at 3 × this.")
     #: Leak: sustained growth of at least ``leak_min_rate`` bytes a minute, with the headroom
     #: gone within ``leak_horizon`` seconds at that pace; it must have lasted 1% of that
     #: time, 20 s to ``leak_window`` seconds (see memagent.alerting.growth).
-    leak_window: float = 300.0
-    leak_min_rate: int = 1 * MiB
-    leak_horizon: float = 86400.0
+    leak_window: float = key("alerts.leak_window", Number(1.0, DAY, SECONDS), 300.0, reload=LIVE,
+                             doc="The most seconds of history a `leak` is judged on, and the longest it must last.")
+    leak_min_rate: int = key("alerts.leak_min_rate", Size(KiB), 1 * MiB, reload=LIVE,
+                             doc="Growth per minute below which nothing is a leak.")
+    leak_horizon: float = key("alerts.leak_horizon", Number(60.0, 365 * DAY, SECONDS), 86400.0, reload=LIVE,
+                              doc="A growth is a leak only if the headroom is gone within this many seconds.")
     #: Per-label budgets (Σ of the peaks of the processes with that label), bytes.
-    budgets: dict[str, int] = field(default_factory=dict)
+    budgets: dict[str, int] = key("budgets", label_sizes, {}, reload=LIVE, shown_default="none",
+                                  doc="The `[budgets]` table: label = size, a budget for the label's Σ peaks.")
     #: How many ended alerts ``status`` keeps.
-    recent: int = 100
+    recent: int = key("alerts.recent", Whole(0, 10_000), 100, reload=LIVE,
+                      doc="How many ended (and `oom-kill`) alerts `memagent status` keeps.")
 
 
 @dataclass
 class StackConfig:
     """When and how Python stacks are read (see :mod:`memagent.core.stack_collector`)."""
 
-    enabled: bool = True
+    enabled: bool = key("stacks.enabled", boolean, True, reload=RESTART,
+                        doc="Read Python stacks with py-spy (stacks.md).",
+                        flag=flag("--no-stacks", switch_off=True, help="do not read Python stacks with py-spy"))
+    #: py-spy executable; None: look on PATH, then beside this Python.
+    py_spy: str | None = key("stacks.py_spy", nonempty, None, reload=RESTART,
+                             shown_default="none: on `PATH`, else beside Python", doc="The py-spy executable.",
+                             flag=flag("--py-spy", metavar="PATH",
+                                       help="py-spy executable (default: on PATH, then beside Python)"))
     #: Dumps per second for the whole box, and how many may be taken at once after a lull.
-    budget: float = 4.0
+    budget: float = key("stacks.budget", Number(0.01, 100.0, "per second"), 4.0, reload=LIVE,
+                        doc="py-spy dumps per second for the whole daemon.",
+                        flag=flag("--stack-budget", metavar="PER_SECOND",
+                                  help="py-spy dumps per second for the whole box (4)"))
     burst: int = 4
     #: py-spy processes running at the same time, at most.
     concurrency: int = 2
-    timeout: float = 2.0
+    timeout: float = key("stacks.timeout", Number(0.1, 60.0, SECONDS), 2.0, reload=LIVE,
+                         doc="A py-spy dump still running after this many seconds is killed.",
+                         flag=flag("--stack-timeout", metavar="SECONDS",
+                                   help="a py-spy dump taking longer is killed (2)"))
     #: Growth between two ticks (RSS + VRAM) that triggers a dump.
-    growth_threshold: int = 32 * MiB
+    growth_threshold: int = key("stacks.growth_threshold", Size(64 * KiB), 32 * MiB, reload=LIVE,
+                                doc="Growth of RSS + VRAM between two ticks that triggers a dump.")
     #: Every watched Python process gets a stack at least this often.
-    rotation: float = 30.0
-    #: py-spy executable; None: look on PATH, then beside this Python.
-    py_spy: str | None = None
+    rotation: float = key("stacks.rotation", Number(1.0, DAY, SECONDS), 30.0, reload=LIVE,
+                          doc="A Python process with no dump and no request for this many seconds gets one.")
     #: What samples a growing process: "austin" (100 Hz), "dumps" (py-spy, costly) or "off".
-    sampler: str = "austin"
-    austin: str | None = None
+    sampler: str = key("stacks.sampler", Choice("austin", "dumps", "off"), "austin", reload=RESTART,
+                       doc="What samples a growing process: Austin bursts at 100 Hz, py-spy dumps, or none.",
+                       flag=flag("--stack-sampler", choices=("austin", "dumps", "off"),
+                                 help="what samples a growing process's stacks: austin (100 Hz, default), dumps "
+                                      "(py-spy dumps in a row: slows an allocating target ~10 %%), off "
+                                      "(docs/stacks.md)"))
+    austin: str | None = key("stacks.austin", nonempty, None, reload=RESTART,
+                             shown_default="none: on `PATH`, else beside Python", doc="The Austin executable (3.x).",
+                             flag=flag("--austin", metavar="PATH",
+                                       help="Austin executable (default: on PATH, then beside Python)"))
 
 
 @dataclass
 class RecordConfig:
     """The flight recorder (memagent.serve.recorder, docs/recording.md)."""
 
-    enabled: bool = True
+    enabled: bool = key("record.enabled", boolean, True, reload=RESTART, doc="Record (docs/recording.md).",
+                        flag=flag("--no-record", switch_off=True,
+                                  help="no flight recorder (the sample stream and events kept on disk in the "
+                                       "state directory)"))
     #: The recorder's segments together, at most (the oldest go first).
-    max_bytes: int = 256 * MiB
+    max_bytes: int = key("record.max_bytes", Size(MiB), 256 * MiB, reload=LIVE,
+                         doc="The recorder's segments together, at most: the oldest are removed first.")
     #: A segment's size before the next begins; None: max_bytes / 16, from 256 KiB to 16 MiB.
-    segment_bytes: int | None = None
+    segment_bytes: int | None = key("record.segment_bytes", Size(4 * KiB, 16 * MiB), None, reload=LIVE,
+                                    shown_default="`max_bytes` / 16, from 256 KiB to 16 MiB",
+                                    doc="A segment ends once this large and the next begins; at most half of "
+                                        "`max_bytes`.")
     #: Seconds between two tries to write again after a full disk.
-    retry_interval: float = 10.0
+    retry_interval: float = key("record.retry_interval", Number(0.1, 3600.0, SECONDS), 10.0, reload=LIVE,
+                                doc="Seconds between two tries to write again once a write failed (a full disk).")
 
     @property
     def segment_size(self) -> int:
@@ -138,263 +180,149 @@ class RecordConfig:
 
 
 @dataclass
-class AgentConfig(AutoAttachConfig):
-    """Everything an agent (daemon, embedded or demo) is built from (auto-attach: its base)."""
+class MetricsConfig:
+    """The Prometheus endpoint and the node_exporter textfile (docs/metrics.md), each off unless configured."""
 
-    socket: str
-    interval: float = 0.5
+    #: ``ADDR:PORT`` of the HTTP endpoint; None: no endpoint.
+    listen: str | None = key("metrics.listen", listen_address, None, reload=RESTART, shown_default="none: no endpoint",
+                             doc="Serve Prometheus metrics at `http://ADDR:PORT/metrics` (unauthenticated).",
+                             flag=flag("--metrics", metavar="ADDR:PORT",
+                                       help="serve Prometheus metrics at http://ADDR:PORT/metrics, e.g. "
+                                            "127.0.0.1:9478 ([metrics] listen; docs/metrics.md)"))
+    #: The file written for node_exporter's textfile collector; None: none.
+    textfile: str | None = key("metrics.textfile", file_path, None, reload=LIVE, shown_default="none: no file",
+                               doc="Write the exposition here every `textfile_interval`, for node_exporter.")
+    textfile_interval: float = key("metrics.textfile_interval", Number(1.0, DAY, SECONDS), 15.0, reload=LIVE,
+                                   doc="Seconds between two writes of the textfile.")
+    #: Seconds an exited process stays in the exposition.
+    exited_ttl: float = key("metrics.exited_ttl", Number(0.0, DAY, SECONDS), 300.0, reload=LIVE,
+                            doc="Seconds an exited process stays in the exposition.")
+    per_process: str = key("metrics.per_process", Choice(*PER_PROCESS), "pid", reload=LIVE,
+                           doc="`\"label\"`: the per-process metrics are one series per label (sums).")
+
+
+class Origin(Protocol):
+    """Where a configuration came from, to make it again the same way on SIGHUP
+    (:class:`memagent.config.source.ConfigSource`)."""
+
+    @property
+    def path(self) -> str | None: ...
+
+    def load(self) -> AgentConfig: ...
+
+
+def _socket_key() -> Any:
+    """``socket``: the one key without a default here (a daemon's comes from
+    memproto.paths.socket_path), hence the only field that must be given."""
+    meta = Key("socket", nonempty, None, RESTART, "Path of the daemon's Unix socket (clients do not read it).",
+               shown_default="see protocol.md §2.2")
+    return field(metadata={"key": meta})
+
+
+@dataclass
+class AgentConfig:
+    """Everything an agent (daemon, embedded or demo) is built from."""
+
+    socket: str = _socket_key()
+    interval: float = key("interval", Number(0.01, 60.0, SECONDS), 0.5, reload=RESTART,
+                          doc="Seconds between two ticks (samples).",
+                          flag=flag("--interval", metavar="SECONDS", help="sample interval (0.5)"))
+    #: Executable names (comm or exe basename), fnmatch.
+    auto: list[str] = key("auto", check_names_list, [], reload=LIVE,
+                          doc="Attach every process whose executable name matches one of these shell patterns.",
+                          flag=flag("--auto", metavar="PATTERN", repeat=True, checked=False,
+                                    help="attach every process whose executable name matches (repeatable), e.g. "
+                                         "'python*'"))
+    #: Command-line patterns (glob, or ``re:REGEX``).
+    auto_cmdline: list[str] = key(
+        "auto_cmdline", check_cmdline_patterns, [], reload=LIVE,
+        doc="Attach every process whose command line matches one of these: a glob, or `re:REGEX`.",
+        flag=flag("--auto-cmdline", metavar="PATTERN", repeat=True,
+                  help="attach every process whose command line matches (repeatable): a glob, e.g. '*serve.py*', "
+                       "or 're:REGEX' whose groups feed --auto-label (docs/containers.md)"))
+    #: Label template of auto-attached processes (None: a regex's first group, else none).
+    auto_label: str | None = key(
+        "auto_label", check_template, None, reload=LIVE, shown_default="none: a `re:` match's first group",
+        doc="Label of auto-attached processes: text and placeholders (containers.md).",
+        flag=flag("--auto-label", "--label", metavar="TEMPLATE",
+                  help="label of auto-attached processes: text and {comm} {exe} {container} {unit} {pid} "
+                       "{1} {NAME} (regex groups), e.g. '{container}'"))
     #: Members of this group see and change every watched process, as root does.
-    admin_group: str | None = None
+    admin_group: str | None = key("admin_group", group, None, reload=LIVE, shown_default="none",
+                                  doc="Members see and change every watched process, as root does (security.md).",
+                                  flag=flag("--admin-group", metavar="GROUP",
+                                            help="members see every process, as root does"))
     #: The socket file's group: its members may connect.
-    socket_group: str | None = None
-    history_seconds: float = 600.0
+    socket_group: str | None = key("socket_group", group, None, reload=RESTART, shown_default="none",
+                                   doc="The socket file's group: its members may connect.",
+                                   flag=flag("--socket-group", metavar="GROUP",
+                                             help="group of the socket file: its members may connect"))
+    #: Where the watched set and the peaks of exited processes are kept across restarts
+    #: (memagent.serve.state); None: nowhere (embedded, demo, or ``state_dir = ""``).
+    state_dir: str | None = key(
+        "state_dir", path_or_empty, None, reload=RESTART,
+        shown_default="`/var/lib/memagent` as root, `$XDG_STATE_HOME/memagent` otherwise, on the default socket only",
+        doc="Where the watched set and the exited peaks are kept across restarts (`\"\"`: nowhere).",
+        flag=flag("--state-dir", metavar="DIR",
+                  help="keep the watched set and exited peaks here across restarts ('' : none; default: "
+                       "/var/lib/memagent as root, $XDG_STATE_HOME/memagent otherwise, on the default socket)"))
+    history_seconds: float = key("history", Number(1.0, DAY, SECONDS), 600.0, reload=RESTART,
+                                 doc="Seconds of per-process RSS history kept (4 bytes a value).",
+                                 flag=flag("--history", metavar="SECONDS", help="history kept (600)"))
     history_step: float = 1.0
     #: Longest time between two reads of a process's VmHWM and swap (when statm is unchanged).
-    status_refresh: float = 1.0
+    status_refresh: float = key(
+        "status_refresh", Number(0.01, 600.0, SECONDS), 1.0, reload=LIVE,
+        doc="Longest time between two reads of an unchanged process's kernel peak and swap.",
+        flag=flag("--status-refresh", metavar="SECONDS",
+                  help="longest time between two reads of an unchanged process's kernel peak and swap (1)"))
     scan_interval: float = 1.0
     max_exited: int = 256
     #: Connections at once; the last 8 are kept for root and admin-group clients.
-    max_clients: int = 64
+    max_clients: int = key("clients.max", Whole(RESERVED_FOR_ADMINS + 1, 10_000), 64, reload=LIVE,
+                           doc=f"Connections at once; the last {RESERVED_FOR_ADMINS} are kept for root and "
+                               "`admin_group`.")
     #: Connections one non-admin UID may hold at once.
-    max_clients_per_uid: int = 8
+    max_clients_per_uid: int = key("clients.max_per_uid", Whole(1, 10_000), 8, reload=LIVE,
+                                   doc="Connections one UID may hold at once, unless root or in `admin_group`.")
     #: A client neither subscribed nor sending requests for this long is closed (seconds).
-    client_idle_timeout: float = 60.0
+    client_idle_timeout: float = key("clients.idle_timeout", Number(0.1, DAY, SECONDS), 60.0, reload=LIVE,
+                                     doc="Seconds after which a client neither subscribed nor asking is closed.")
+    headroom: HeadroomConfig = field(default_factory=HeadroomConfig)
     #: Read GPU memory through NVML (when a driver is there).
-    gpu: bool = True
+    gpu: bool = key("gpu.enabled", boolean, True, reload=RESTART, doc="Read GPU memory through NVML.",
+                    flag=flag("--no-gpu", switch_off=True, help="do not read GPU memory through NVML"))
+    #: Jetson's nvmap clients file (None: memagent.proc.nvmap's default; "": not read): docs/gpu.md.
+    nvmap_clients: str | None = key(
+        "gpu.nvmap_clients", path_or_empty, None, reload=RESTART,
+        shown_default="`/sys/kernel/debug/nvmap/iovmm/clients`",
+        doc="A Jetson's nvmap clients file, the GPU source when readable at start (`\"\"`: never; gpu.md).")
     #: Hear process events from the kernel over netlink (fork, exec, exit records) where
     #: the daemon may; false: poll /proc only (see memagent.core.process_events).
-    netlink: bool = True
+    netlink: bool = key("events.netlink", boolean, True, reload=RESTART,
+                        doc="Listen to the kernel's process events over netlink (fork, exec, exit records).",
+                        flag=flag("--no-netlink", switch_off=True,
+                                  help="do not listen to the kernel's process events (fork, exec, exit records): "
+                                       "poll /proc only"))
     #: Where the container engines' files are (``/`` on a box; "": names off): docs/containers.md.
-    containers_root: str = "/"
-    #: Jetson's nvmap clients file (None: memagent.proc.nvmap's default; "": not read): docs/gpu.md.
-    nvmap_clients: str | None = None
+    containers_root: str = key("containers.root", path_or_empty, "/", reload=RESTART,
+                               doc="Where the container engines' files are read from to name containers "
+                                   "(`\"\"`: no names).")
     stacks: StackConfig = field(default_factory=StackConfig)
-    headroom: HeadroomConfig = field(default_factory=HeadroomConfig)
     alerts: AlertConfig = field(default_factory=AlertConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    #: Where the watched set and the peaks of exited processes are kept across restarts
-    #: (memagent.serve.state); None: nowhere (embedded, demo, or ``state_dir = ""``).
-    state_dir: str | None = None
     #: Where the daemon's configuration came from, to read it again on SIGHUP (set by
-    #: :func:`agent_config`; None for an agent built otherwise: embedded, demo, tests).
-    source: ConfigSource | None = field(default=None, compare=False, repr=False)
+    #: :func:`memagent.config.agent_config`; None for an agent built otherwise: embedded, demo, tests).
+    source: Origin | None = field(default=None, compare=False, repr=False)
 
 
-# ----------------------------------------------------------------------------- the file
+#: Every key of the daemon's configuration, in field order: the one table.
+KEYS: Table = keys_of(AgentConfig)
+#: Each key by its file key.
+KEY = {row.key.file: row for row in KEYS}
 
 
-def validate(data: dict[str, Any], path: str | None = None, text: str | None = None) -> dict[str, Any]:
-    """The checked values (see :mod:`memagent.config_schema`), flattened to ``section.key``;
-    raises ConfigError naming the key, and ``path:LINE`` when the file's ``text`` is given."""
-    try:
-        return check_all(data)
-    except Refused as refused:
-        line = None if text is None or path is None else key_line(text, refused.where)
-        where = None if path is None else printable(path) if line is None else f"{printable(path)}:{line}"
-        raise ConfigError(printable(refused.key), refused.reason, where) from None
-
-
-# ----------------------------------------------------------------------------- lines
-
-
-def _holds(text: str, where: Where) -> bool | None:
-    """Whether ``text`` (as TOML) sets the key at ``where``; None: it does not parse."""
-    try:
-        node: object = tomllib.loads(text)
-    except (ValueError, RecursionError):  # tomllib.TOMLDecodeError is a ValueError
-        return None
-    for name in where:
-        if not isinstance(node, dict) or name not in node:
-            return False
-        node = node[name]
-    return True
-
-
-def key_line(text: str, where: Where) -> int | None:
-    """The line (from 1) where the valid TOML ``text`` sets the key at ``where``: the first
-    line of its statement (``key = [`` of an array over several lines, the ``[table]``
-    header of a table). tomllib gives no positions, so prefixes of the text are parsed: the
-    smallest whole-statement prefix that sets the key ends on the statement's last line, and
-    the statement starts after the longest prefix before it that parses. None if no prefix
-    sets it (a key the file does not hold)."""
-    lines = re.findall(r"[^\n]*\n|[^\n]+$", text)  # TOML ends lines at \n only
-
-    def holds(n: int) -> bool | None:
-        return _holds("".join(lines[:n]), where)
-
-    if holds(len(lines)) is not True:
-        return None
-    lo, hi = 0, len(lines)  # no prefix of lo lines or fewer sets the key; that of hi lines does
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        probe, state = mid, holds(mid)
-        while state is None and probe - 1 > lo:  # inside a statement: the one before it
-            probe -= 1
-            state = holds(probe)
-        if state:
-            hi = probe
-        else:
-            lo = mid
-    start = hi - 1  # the longest prefix before the statement that parses
-    while start > 0 and holds(start) is None:
-        start -= 1
-    return start + 1
-
-
-def load(path: str) -> dict[str, Any]:
-    """Read and validate a config file; every failure is one ConfigError (one line)."""
-    shown = printable(path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE + 1)
-    except OSError as exc:
-        raise ConfigError("-", f"cannot read: {printable(exc.strerror or str(exc))}", shown) from None
-    if len(raw) > MAX_FILE:
-        raise ConfigError("-", f"larger than {MAX_FILE // MiB} MiB: not a configuration file", shown)
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise ConfigError("-", f"not UTF-8 text: byte 0x{raw[exc.start]:02x}", f"{shown}:{line}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        at = re.search(r"\(at line (\d+), column \d+\)$", str(exc))
-        raise ConfigError("-", f"not valid TOML: {exc}", f"{shown}:{at.group(1)}" if at else shown) from None
-    except RecursionError:
-        raise ConfigError("-", "not valid TOML: nested too deeply", shown) from None
-    except ValueError:  # int() of a number past sys.get_int_max_str_digits()
-        long = re.search(r"[0-9_]{4000,}", text)
-        where = shown if long is None else f"{shown}:{text.count(chr(10), 0, long.start()) + 1}"
-        raise ConfigError("-", "not valid TOML: a number too long", where) from None
-    return validate(data, path, text)
-
-
-def default_path() -> str | None:
-    return DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None
-
-
-#: Root's state directory: the unit's ``StateDirectory=memagent``.
-SYSTEM_STATE_DIR = "/var/lib/memagent"
-
-
-def default_state_dir(socket: str, environ: dict[str, str] | None = None) -> str | None:
-    """The state directory of a daemon given none: root's :data:`SYSTEM_STATE_DIR`, another
-    user's ``$XDG_STATE_HOME/memagent`` (``~/.local/state/memagent``), but only for a daemon
-    on its default socket: a second daemon on another socket (a test, a private one) must
-    neither restore nor overwrite the first one's state, so it keeps none unless told."""
-    env = os.environ if environ is None else environ
-    if socket != user_socket(env):
-        return None
-    if os.geteuid() == 0:
-        return SYSTEM_STATE_DIR
-    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "memagent")
-
-
-def agent_config(values: dict[str, Any], flags: dict[str, Any], socket: str) -> AgentConfig:
-    """An :class:`AgentConfig` from file ``values`` and command-line ``flags`` (None: not
-    given); flags win, what neither gives keeps its default. ConfigError: see check_names."""
-
-    def given(**pairs: tuple[str | None, str]) -> dict[str, Any]:
-        """field -> (flag, file key): the value of the flag, else of the key, if either is set."""
-        out: dict[str, Any] = {}
-        for name, (flag, key) in pairs.items():
-            if flag is not None and flags.get(flag) is not None:
-                out[name] = flags[flag]
-            elif key in values:
-                out[name] = values[key]
-        return out
-
-    stacks = StackConfig(**given(
-        enabled=(None, "stacks.enabled"), budget=("stack_budget", "stacks.budget"),
-        timeout=("stack_timeout", "stacks.timeout"), py_spy=("py_spy", "stacks.py_spy"),
-        growth_threshold=(None, "stacks.growth_threshold"), rotation=(None, "stacks.rotation"),
-        sampler=("stack_sampler", "stacks.sampler"), austin=("austin", "stacks.austin")))
-    if flags.get("no_stacks"):
-        stacks.enabled = False
-    headroom = HeadroomConfig(**given(
-        host_capacity=(None, "host.capacity"), host_reserve=(None, "host.reserve"),
-        gpu_reserve=(None, "gpu.reserve"), pss_refresh=(None, "host.pss_refresh"),
-        pss_drift=(None, "host.pss_drift"),
-    ))
-    alerts = AlertConfig(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("alerts.")})
-    alerts.recent = int(alerts.recent)
-    alerts.budgets = values.get("budgets", {})
-    record = RecordConfig(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("record.")})
-    record.enabled = record.enabled and not flags.get("no_record")
-    config = AgentConfig(socket=socket, stacks=stacks, headroom=headroom, alerts=alerts, record=record,
-                         metrics=metrics_config(values, flags), **given(
-        interval=("interval", "interval"), auto=("auto", "auto"), auto_label=("auto_label", "auto_label"),
-        auto_cmdline=("auto_cmdline", "auto_cmdline"),
-        admin_group=("admin_group", "admin_group"), socket_group=("socket_group", "socket_group"),
-        history_seconds=("history", "history"), status_refresh=("status_refresh", "status_refresh"),
-        gpu=(None, "gpu.enabled"), netlink=(None, "events.netlink"), max_clients=(None, "clients.max"),
-        max_clients_per_uid=(None, "clients.max_per_uid"), client_idle_timeout=(None, "clients.idle_timeout"),
-        containers_root=(None, "containers.root"), nvmap_clients=(None, "gpu.nvmap_clients"),
-    ))
-
-    state = given(state_dir=("state_dir", "state_dir")).get("state_dir", default_state_dir(socket))
-    config.state_dir = state or None  # "": off
-    if flags.get("no_gpu"):
-        config.gpu = False
-    if flags.get("no_netlink"):
-        config.netlink = False
-    config.source = ConfigSource(dict(flags))
-    check_names(config.auto_cmdline, config.auto_label)  # the file's and the flags' together
-    return config
-
-
-# ----------------------------------------------------------------------------- reload (SIGHUP)
-#: What a running daemon cannot change: SIGHUP keeps the running value and says a restart
-#: is needed (bound, paced, sized, opened or found at start: the socket, the tick, the rings,
-#: NVML, netlink, py-spy and Austin; the recorder's sizes and retry period apply live).
-RESTART_KEYS = frozenset({"socket", "socket_group", "state_dir", "interval", "history", "gpu.enabled",
-                          "events.netlink", "stacks.enabled", "stacks.py_spy", "stacks.sampler", "stacks.austin",
-                          "record.enabled", "metrics.listen", "containers.root", "gpu.nvmap_clients"})
-
-#: The file key of each :class:`AgentConfig` attribute whose name differs from it.
-_FILE_KEY = {
-    "history_seconds": "history", "gpu": "gpu.enabled", "netlink": "events.netlink", "max_clients": "clients.max",
-    "max_clients_per_uid": "clients.max_per_uid", "client_idle_timeout": "clients.idle_timeout",
-    "containers_root": "containers.root", "nvmap_clients": "gpu.nvmap_clients",
-    "headroom.host_capacity": "host.capacity", "headroom.host_reserve": "host.reserve",
-    "headroom.gpu_reserve": "gpu.reserve", "headroom.pss_refresh": "host.pss_refresh",
-    "headroom.pss_drift": "host.pss_drift", "alerts.budgets": "budgets",
-}
-
-
-@dataclass(frozen=True)
-class ConfigSource:
-    """How the daemon's configuration was made, so that SIGHUP makes it again the same
-    way: the file (``--config``, else the default path when present, as at start) under
-    the same command-line ``flags``, which still win over the file."""
-
-    flags: dict[str, Any]
-
-    @property
-    def path(self) -> str | None:
-        return self.flags.get("config") or default_path()
-
-    def load(self) -> AgentConfig:
-        """The configuration as a restart would build it now; ConfigError (one line, as
-        ``check-config`` says it) when the file is not valid."""
-        path = self.path
-        values = load(path) if path else {}
-        return agent_config(values, self.flags, socket_path(self.flags.get("socket") or values.get("socket")))
-
-
-def changed_keys(running: AgentConfig, new: AgentConfig) -> list[str]:
-    """The file keys whose values differ between two configurations, in field order."""
-    out: list[str] = []
-    for name in (f.name for f in fields(AgentConfig) if f.name != "source"):
-        old_value, new_value = getattr(running, name), getattr(new, name)
-        if is_dataclass(old_value):
-            for sub in fields(old_value):
-                dotted = f"{name}.{sub.name}"
-                if getattr(old_value, sub.name) != getattr(new_value, sub.name):
-                    out.append(_FILE_KEY.get(dotted, dotted))
-        elif old_value != new_value:
-            out.append(_FILE_KEY.get(name, name))
-    return out
+def default_of(file_key: str) -> Any:
+    """A key's default (the one place it is written is its field)."""
+    return KEY[file_key].key.default

@@ -7,12 +7,12 @@ name, so an unmatched new PID is looked at again on the next few scans.
 
 Matched names: the kernel's ``comm`` and the basename of ``/proc/PID/exe`` (fnmatch,
 case-sensitive). Command lines (``auto_cmdline``): argv joined by spaces, its first
-:data:`~memagent.config_auto.MAX_CMDLINE` characters, read only for PIDs new to the scan
+:data:`~memagent.config.auto.MAX_CMDLINE` characters, read only for PIDs new to the scan
 and only when such patterns are set; matching them takes at most :data:`CMDLINE_BUDGET_S`
 of a scan (the PIDs left wait for the next one). The agent's own process and the
 memagent/memtop tools are never auto-attached.
 
-Labels come from the ``auto_label`` template (:class:`~memagent.config_auto.Template`):
+Labels come from the ``auto_label`` template (:class:`~memagent.config.auto.Template`):
 ``{container}`` is the container's name, or its ID's first 12 digits while the name is
 not known yet; the name is read off the tick (:mod:`memagent.core.containers`), and when
 it arrives the process is labelled again (:meth:`Scanner.relabel`, once, unless a client
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from memproto.text import label_problem, printable
 
-from ..config_auto import MAX_CMDLINE, compile_cmdline, parse_template
+from ..config.auto import MAX_CMDLINE, compile_cmdline, parse_template
 from ..errors import ConfigError, MemagentError
 from ..proc.procfs import ProcFS
 from .groups import Groups
@@ -76,7 +76,7 @@ class Scanner:
         cmdline: Sequence[str] = (),
     ) -> None:
         """``label``: the ``auto_label`` template; ``cmdline``: ``auto_cmdline`` patterns
-        (both checked by :mod:`memagent.config_auto`: ConfigError if they do not pass)."""
+        (both checked by :mod:`memagent.config.auto`: ConfigError if they do not pass)."""
         self.registry = registry
         self.groups = groups or Groups(registry)
         self.procfs: ProcFS = registry.procfs

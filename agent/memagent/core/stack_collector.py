@@ -28,7 +28,7 @@ from dataclasses import replace
 from memproto.records import StackDump
 from memproto.vocabulary import StackState, StackTrigger
 
-from ..config import StackConfig
+from ..config import StackConfig, copy_live
 from ..errors import MemagentError
 from ..proc import pyspy
 from ..proc.austin import find_austin
@@ -115,6 +115,14 @@ class StackCollector:
         if self.austin is None:
             return NO_AUSTIN
         return f"{self.austin}: {1000 // BURST_INTERVAL_MS} Hz for {BURST_SECONDS:g} s while a process grows"
+
+    def apply(self, config: StackConfig) -> None:
+        """A reload: the live keys of ``[stacks]`` (the budget, timeout, growth threshold,
+        rotation) into the running config; what was found at start (py-spy, Austin, the
+        sampler) stays until a restart."""
+        copy_live(self.config, config)
+        self.bucket.rate = self.config.budget
+        self.sampling_bucket.rate = self.config.budget * SAMPLING_FACTOR
 
     def of(self, w: Watched) -> ProcessStacks:
         ps = self.stacks.get(w.key)

@@ -28,7 +28,7 @@ import time
 
 from memproto.text import printable
 
-from ..config_metrics import MetricsConfig, split_listen
+from ..config import MetricsConfig, copy_live, split_listen
 from ..core.sampler import Ticker
 from ..errors import MetricsListenError
 from .exposition import OPENMETRICS_TYPE, TEXT_TYPE, render
@@ -90,6 +90,11 @@ class MetricsExporter:
         self._textfile_failing: str | None = None
 
     # ------------------------------------------------------------------ the exposition
+
+    def apply(self, config: MetricsConfig) -> None:
+        """A reload: the live keys of ``[metrics]`` into the running config (the textfile,
+        its interval, the TTL and per_process); the endpoint stays bound until a restart."""
+        copy_live(self.config, config)
 
     async def exposition(self, openmetrics: bool = False) -> bytes:
         """The exposition now, rendered between ticks (see the module's docstring)."""

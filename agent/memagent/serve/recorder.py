@@ -41,7 +41,7 @@ from memproto.version import PROTOCOL_VERSION
 from .. import SOFTWARE
 from ..alerting.engine import AlertEngine
 from ..alerting.headroom import host_memory
-from ..config import MiB, RecordConfig
+from ..config import MiB, RecordConfig, copy_live
 from ..core.registry import Events, Registry
 from ..core.stack_collector import StackCollector
 from ..core.watched import Watched
@@ -135,6 +135,11 @@ class FlightRecorder:
         self._hr_at = float("-inf")
 
     # ------------------------------------------------------------------ status
+
+    def apply(self, config: RecordConfig) -> None:
+        """A reload: the live keys of ``[record]`` into the running config (the sizes and
+        the retry period, read at each use); ``enabled`` stays until a restart."""
+        copy_live(self.config, config)
 
     @property
     def path(self) -> str | None:

@@ -74,6 +74,13 @@ class Server:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._dropped_by_gone = 0
 
+    def apply(self, policy: AccessPolicy, *, max_clients: int, max_clients_per_uid: int,
+              idle_timeout: float) -> None:
+        """A reload: the access policy for new connections (a client's access is decided
+        once, at connect) and the connection limits; the socket stays bound."""
+        self.policy = policy
+        self.max_clients, self.max_clients_per_uid, self.idle_timeout = max_clients, max_clients_per_uid, idle_timeout
+
     @property
     def dropped_samples(self) -> int:
         """Sample frames dropped for slow clients since start, all clients together."""
