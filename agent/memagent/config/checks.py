@@ -223,6 +223,7 @@ def string_list(v: object, key: str) -> list[str]:
 
 
 def label(v: object, key: str) -> str:
+    """string: a label (1 – 128 printable characters)"""
     problem = label_problem(text(v, key))
     if problem is not None:
         raise ConfigError(key, problem)
@@ -287,7 +288,8 @@ class Choice:
         return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
     def describe(self) -> str:
-        return self.said
+        return self.said.replace('"', '`"', 1).replace('"', '"`', 1) if len(self.words) == 1 else \
+            ", ".join(f'`"{w}"`' for w in self.words[:-1]) + f' or `"{self.words[-1]}"`'
 
     def __call__(self, v: object, key: str) -> str:
         if v not in self.words:
