@@ -60,7 +60,7 @@ class HeadroomConfig:
     #: Re-read the PSS of sharing processes when the host's used memory drifts this far
     #: from what the watched processes are thought to use (see docs/headroom.md).
     pss_drift: int = key("host.pss_drift", Size(MiB), 64 * MiB, reload=LIVE,
-                         doc="Drift of the host's used memory from the watched processes' that re-reads their PSS.")
+                         doc="Host memory used drifting this far from the watched processes' re-reads their PSS.")
 
 
 @dataclass
