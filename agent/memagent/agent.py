@@ -28,6 +28,7 @@ from .core.autoattach import Scanner
 from .core.containers import ContainerNames, apply_names
 from .core.gpu import GpuSampler
 from .core.groups import Groups
+from .core.pacing import Pacer
 from .core.process_events import ProcessEvents
 from .core.registry import Registry
 from .core.restore import restore
@@ -35,18 +36,17 @@ from .core.sampler import Sampler, Ticker
 from .core.stack_collector import StackCollector
 from .core.watched import Watched
 from .errors import ConfigError
+from .metrics.http import MetricsExporter
+from .metrics.snapshot import MetricsSnapshotSource
 from .proc.nvmap import NVMAP_CLIENTS, NvmapSource
 from .proc.nvml import Nvml
 from .proc.procfs import ProcFS
 from .serve.access import AccessPolicy, resolve_group
 from .serve.dispatch import Dispatcher
-from .serve.metrics_http import MetricsExporter
-from .serve.metrics_snapshot import SnapshotSource
-from .serve.pacing import Pacer
-from .serve.recorder import EventTee, FlightRecorder
 from .serve.server import Server
-from .serve.state import StateDir, StateKeeper
 from .serve.status import StatusReport
+from .store.recorder import EventTee, FlightRecorder
+from .store.state import StateDir, StateKeeper
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,8 @@ class Agent:
         self.stacks.on_peak_stack = self.recorder.peak_stack
         self.report.recorder = self.recorder
         #: The Prometheus endpoint and textfile (docs/metrics.md); each off unless configured.
-        self.metrics = MetricsExporter(config.metrics, SnapshotSource(config, self.registry, self.alerts, self.ticker,
-                                                                      self.stacks), self.ticker)
+        figures = MetricsSnapshotSource(config, self.registry, self.alerts, self.ticker, self.stacks)
+        self.metrics = MetricsExporter(config.metrics, figures, self.ticker)
 
     def _name_containers(self, loop: asyncio.AbstractEventLoop) -> None:
         """Container names (memagent.core.containers), looked up in a thread that wakes the

@@ -122,7 +122,7 @@ class StackConfig:
 
 @dataclass
 class RecordConfig:
-    """The flight recorder (memagent.serve.recorder, docs/recording.md)."""
+    """The flight recorder (memagent.store.recorder, docs/recording.md)."""
 
     enabled: bool = True
     #: The recorder's segments together, at most (the oldest go first).
@@ -174,7 +174,7 @@ class AgentConfig(AutoAttachConfig):
     record: RecordConfig = field(default_factory=RecordConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     #: Where the watched set and the peaks of exited processes are kept across restarts
-    #: (memagent.serve.state); None: nowhere (embedded, demo, or ``state_dir = ""``).
+    #: (memagent.store.state); None: nowhere (embedded, demo, or ``state_dir = ""``).
     state_dir: str | None = None
     #: Where the daemon's configuration came from, to read it again on SIGHUP (set by
     #: :func:`agent_config`; None for an agent built otherwise: embedded, demo, tests).

@@ -172,7 +172,7 @@ def _name(v: object, key: str) -> str:
 
 
 def _state_dir(v: object, key: str) -> str:
-    """An absolute directory path, or empty: keep no state (see memagent.serve.state)."""
+    """An absolute directory path, or empty: keep no state (see memagent.store.state)."""
     path = _str(v, key)
     if path and not path.startswith("/"):
         raise ConfigError(key, f"a relative path: {_r(path)} (give the full path, or \"\" for no state)")

@@ -1,4 +1,4 @@
-"""The exposition on plain values (docs/metrics.md): rendered by memagent.serve.exposition,
+"""The exposition on plain values (docs/metrics.md): rendered by memagent.metrics.exposition,
 read back with prometheus-client's own parsers of both formats, as a scraper reads it."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from memagent.config_metrics import split_listen
 from memagent.core.histogram import Histogram
-from memagent.serve.exposition import render_text
-from memagent.serve.metrics_http import parse_head, wants_openmetrics
-from memagent.serve.metrics_snapshot import (
+from memagent.metrics.exposition import render_text
+from memagent.metrics.http import parse_head, wants_openmetrics
+from memagent.metrics.snapshot import (
     HeadroomFigures,
+    MetricsSnapshot,
     ProcessFigures,
-    Snapshot,
     TickFigures,
     by_label,
     shown,
@@ -27,11 +27,11 @@ GPU = "GPU-5e1d2c3b-aaaa-bbbb-cccc-0123456789ab"
 CGROUP = "cgroup:/system.slice/docker-3f1c5e2a9b7d4c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5a6.scope"
 
 
-def snapshot(**changes: object) -> Snapshot:
+def snapshot(**changes: object) -> MetricsSnapshot:
     h = Histogram()
     for d in (0.0004, 0.003, 0.003, 0.2, 7.0):
         h.observe(d)
-    base = Snapshot(
+    base = MetricsSnapshot(
         per_label=False,
         processes=(
             ProcessFigures(101, "python3", "trainer", 300 * MiB, 500 * MiB, 2048 * MiB, 4096 * MiB, 1234.5, True),

@@ -71,7 +71,7 @@ class Registry:
         self.alive: list[Watched] = []
         #: Bumped on every attach, detach and exit: lets consumers skip unchanged ticks.
         self.version = 0
-        #: Bumped on every change the saved state holds (memagent.serve.state): the set, as
+        #: Bumped on every change the saved state holds (memagent.store.state): the set, as
         #: :attr:`version`, and a label, children-following or a peak window changed.
         self.edits = 0
         #: Container names (memagent.core.containers); the agent gives it its root.

@@ -1,8 +1,8 @@
 """What the Prometheus exposition shows, taken from the agent's parts in one go.
 
-:meth:`SnapshotSource.take` runs on the agent's event loop, between ticks, like every
+:meth:`MetricsSnapshotSource.take` runs on the agent's event loop, between ticks, like every
 other reader of its state: it copies the figures into immutable records
-(:class:`Snapshot`), and :mod:`memagent.serve.exposition` renders those, so nothing that
+(:class:`MetricsSnapshot`), and :mod:`memagent.metrics.exposition` renders those, so nothing that
 renders or writes the exposition ever touches a live :class:`~memagent.core.watched.Watched`.
 Taking it costs one to two microseconds per process (bench/metrics_scrape.py).
 
@@ -72,7 +72,7 @@ class TickFigures:
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class MetricsSnapshot:
     per_label: bool
     processes: tuple[ProcessFigures, ...]
     headroom: tuple[HeadroomFigures, ...]
@@ -144,7 +144,7 @@ def shown(entries: Iterable[E], now: float, ttl: float) -> list[E]:
 
 
 @dataclass
-class SnapshotSource:
+class MetricsSnapshotSource:
     """The parts a snapshot is read from (the agent's own)."""
 
     config: AgentConfig
@@ -153,14 +153,14 @@ class SnapshotSource:
     ticker: Ticker
     stacks: StackCollector
 
-    def take(self, now: float) -> Snapshot:
+    def take(self, now: float) -> MetricsSnapshot:
         """On the event loop: every figure copied, nothing kept that the tick changes."""
         m, rates = self.config.metrics, self.alerts.rates
         entries = list(self.registry.entries.values())
         rows = [process_figures(w, rates.get(w.key, 0.0)) for w in shown(entries, now, m.exited_ttl)]
         budgets = tuple(sorted(self.config.alerts.budgets.items()))
         h = self.ticker.durations
-        return Snapshot(
+        return MetricsSnapshot(
             per_label=m.per_process == "label",
             processes=by_label(rows) if m.per_process == "label" else tuple(rows),
             headroom=tuple(HeadroomFigures(v.resource, v.name, v.sum_peaks_bytes, v.capacity_bytes, v.ratio)

@@ -26,8 +26,8 @@ from ..core.registry import Registry
 from ..core.sampler import Ticker
 from ..core.stack_collector import StackCollector
 from ..proc.procfs import ProcFS
+from ..store.recorder import FlightRecorder
 from .access import Access, alert_for, headroom_for, own_pids
-from .recorder import FlightRecorder
 from .server import Server
 
 

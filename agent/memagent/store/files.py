@@ -1,11 +1,17 @@
-"""The textfile for node_exporter's textfile collector (``[metrics] textfile``,
-docs/metrics.md): replaced whole, never seen half-written.
+"""The small file helpers the other rooms call, so that opening and inspecting files
+stays in two rooms of the agent (``memagent.proc`` for the kernel's, ``memagent.store``
+for the daemon's own; tests/test_architecture.py):
 
-The exposition goes to a temporary file in the same directory (a name the collector
-ignores: not ``*.prom``), created exclusively and without following a link (the
-directory may be one others can write to), synced, then renamed over the file, and the
-directory synced so the rename survives a crash. Runs in a worker thread: a slow disk's
-fsync never holds the event loop, and the thread holds the GIL only between system calls.
+* :func:`write_atomically`: the textfile for node_exporter's textfile collector
+  (``[metrics] textfile``, docs/metrics.md), replaced whole, never seen half-written. The
+  exposition goes to a temporary file in the same directory (a name the collector
+  ignores: not ``*.prom``), created exclusively and without following a link (the
+  directory may be one others can write to), synced, then renamed over the file, and
+  the directory synced so the rename survives a crash. It runs in a worker thread: a slow
+  disk's fsync never holds the event loop, and the thread holds the GIL only between
+  system calls.
+* :func:`entry_status` and :func:`open_lock_file`: the daemon's socket file, its
+  directories and its lock file (``memagent.serve.listen`` decides what to trust).
 """
 
 from __future__ import annotations
@@ -13,8 +19,21 @@ from __future__ import annotations
 import contextlib
 import os
 
-#: The file's mode: node_exporter runs as another user and must read it.
+#: The textfile's mode: node_exporter runs as another user and must read it.
 MODE = 0o644
+
+
+def entry_status(path: str) -> os.stat_result:
+    """The status of ``path`` itself, a symbolic link not followed (``lstat``): whoever
+    checks an entry's owner and mode must see the link, not what it points to."""
+    return os.lstat(path)
+
+
+def open_lock_file(path: str, mode: int) -> int:
+    """A descriptor on the lock file ``path``, created with ``mode`` if missing, read and
+    write, never through a link, close-on-exec (py-spy and the hooks do not inherit it),
+    and without blocking (a FIFO planted in a sticky directory must not hang the start)."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
 
 
 def temporary_path(path: str) -> str:
