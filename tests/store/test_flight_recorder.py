@@ -68,7 +68,7 @@ def test_a_segment_opens_with_a_keyframe(agent: Agent, tmp_path: Path) -> None:
         rec = agent.recorder
         await rec.start()
         assert rec.state == ON
-        rows, _ = agent.sampler.rows()
+        rows, _ = agent.registry.rows()
         rec.sample(1, 1001.0, rows)
         rec.stop()
         await rec.run()

@@ -42,7 +42,7 @@ from .. import SOFTWARE
 from ..alerting.engine import AlertEngine
 from ..alerting.headroom import host_memory
 from ..config import MiB, RecordConfig
-from ..core.registry import Events, Registry
+from ..core.registry import Registry
 from ..core.stack_collector import StackCollector
 from ..core.watched import Watched
 from ..errors import RecordDirRefused
@@ -65,25 +65,6 @@ MAX_PENDING = 16 * MiB
 LEVEL = 6
 
 T = TypeVar("T")
-
-
-class EventTee:
-    """The registry's events, to each sink in turn (the server, then the recorder)."""
-
-    def __init__(self, *sinks: Events) -> None:
-        self.sinks = sinks
-
-    def attached(self, w: Watched) -> None:
-        for sink in self.sinks:
-            sink.attached(w)
-
-    def exited(self, w: Watched) -> None:
-        for sink in self.sinks:
-            sink.exited(w)
-
-    def detached(self, w: Watched) -> None:
-        for sink in self.sinks:
-            sink.detached(w)
 
 
 def _marks(views: list[Headroom]) -> list[tuple[str, int, int]]:
