@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from .snapshot import MetricsSnapshot, ProcessFigures
 
+LEAK_ETA = "memagent_process_leak_eta_seconds"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -37,7 +38,11 @@ PROCESS_FAMILIES: tuple[tuple[str, str, Callable[[ProcessFigures], float | int |
                                                  "it (0: not growing).", lambda r: r.growth),
     ("memagent_process_peak_exact", "1 when the RSS peak includes the kernel's high-water mark, else 0.",
      lambda r: int(r.peak_exact)),
+    (LEAK_ETA, "Seconds until the headroom the process is in (the host's, or its limited cgroup's) is gone at "
+               "its growth pace, as the leak check computes it (+Inf: not growing).", lambda r: r.leak_eta),
 )
+#: How a label's figure is made of its processes' (``per_process = "label"``).
+PER_LABEL = {LEAK_ETA: " The soonest of the label's processes."}
 
 
 def escape(value: str) -> str:
@@ -84,7 +89,7 @@ def _process_families(s: MetricsSnapshot) -> Iterator[str]:
     keys = [process_labels(r.pid, r.name, r.label) for r in rows]
     for name, help_text, figure in PROCESS_FAMILIES:
         samples = [(k, v) for k, v in zip(keys, map(figure, rows), strict=True) if v is not None]
-        yield _gauge(name, help_text + (" Summed per label." if s.per_label else ""), samples)
+        yield _gauge(name, help_text + (PER_LABEL.get(name, " Summed per label.") if s.per_label else ""), samples)
 
 
 def _host_families(s: MetricsSnapshot, openmetrics: bool) -> Iterator[str]:
