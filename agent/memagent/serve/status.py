@@ -45,7 +45,7 @@ class StatusReport:
     stacks: StackCollector
     alerts: AlertEngine
     events: ProcessEvents
-    #: The flight recorder (set by the agent once the state directory is open); None: off.
+    #: The flight recorder; None: none (a part built without one, in tests).
     recorder: FlightRecorder | None = None
 
     def build(self, access: Access) -> DaemonStatus:
