@@ -13,7 +13,7 @@ one with ``--metrics 127.0.0.1:PORT`` and one without. Measured:
   histogram, ``memagent_tick_duration_seconds``, gives the tick durations of each window);
   the target is a tick delayed by at most 5 ms more than it is without scrapes;
 - **the renderer**: the same 1000-process snapshot rendered by the daemon's own code
-  (``memagent.serve.exposition``) and by prometheus-client's ``generate_latest`` (the
+  (``memagent.metrics.exposition``) and by prometheus-client's ``generate_latest`` (the
   baseline the choice was made against), in this process, and what importing
   prometheus-client costs a fresh interpreter's RSS.
 
@@ -171,7 +171,7 @@ def held_lines(pids: list[int]) -> list[str]:
     snapshot, then each chunk of the rendering): the most a scrape can delay a tick by."""
     from memagent.agent import Agent
     from memagent.config import AgentConfig
-    from memagent.serve.exposition import render
+    from memagent.metrics.exposition import render
 
     with tempfile.TemporaryDirectory(prefix="memagent-bench-held-") as tmp:
         agent = Agent(AgentConfig(socket=os.path.join(tmp, "s"), interval=INTERVAL, gpu=False))
@@ -204,14 +204,14 @@ def renderer_lines() -> list[str]:
     from prometheus_client.registry import CollectorRegistry
 
     from memagent.core.histogram import Histogram
-    from memagent.serve.exposition import PROCESS_FAMILIES, render_text
-    from memagent.serve.metrics_snapshot import HeadroomFigures, ProcessFigures, Snapshot, TickFigures
+    from memagent.metrics.exposition import PROCESS_FAMILIES, render_text
+    from memagent.metrics.snapshot import HeadroomFigures, MetricsSnapshot, ProcessFigures, TickFigures
 
     h = Histogram()
     rows = tuple(ProcessFigures(10_000 + i, f"python{i % 10}", f"label{i % 5}", (100 + i) << 20, (200 + i) << 20,
                                 None, None, 0.0, True) for i in range(N))
     host = HeadroomFigures("host", "host memory", 1 << 30, 1 << 34, 1 / 16)
-    snap = Snapshot(False, rows, (host,), (), 0.9, (), (), N, TickFigures(h.bounds, h.cumulative(), 0, 0.0), 0)
+    snap = MetricsSnapshot(False, rows, (host,), (), 0.9, (), (), N, TickFigures(h.bounds, h.cumulative(), 0, 0.0), 0)
 
     class Collector:
         def collect(self) -> list[GaugeMetricFamily]:
@@ -243,7 +243,7 @@ def renderer_lines() -> list[str]:
     rss = [int(subprocess.run([sys.executable, "-c", f"{imp}; {code}"], capture_output=True, text=True,
                               check=True).stdout) for imp in (base, f"{base}, prometheus_client")]
     return [
-        f"  renderer, same {N}-process snapshot, median of 15: memagent.serve.exposition {ours:.1f} ms "
+        f"  renderer, same {N}-process snapshot, median of 15: memagent.metrics.exposition {ours:.1f} ms "
         f"(OpenMetrics {ours_om:.1f} ms); prometheus-client generate_latest {theirs:.1f} ms "
         f"= {theirs / ours:.0f}x ours",
         f"  importing prometheus-client: +{(rss[1] - rss[0]) / 1024:.1f} MiB RSS ({rss[0] / 1024:.1f} -> "

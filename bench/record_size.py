@@ -43,7 +43,7 @@ from fleet import die_with_parent, proc_cpu, stop_daemon, wait_listening  # noqa
 
 from memagent.cli.client import Client  # noqa: E402
 from memagent.config import RecordConfig  # noqa: E402
-from memagent.serve.recorder import LEVEL, FlightRecorder  # noqa: E402
+from memagent.store.recorder import LEVEL, FlightRecorder  # noqa: E402
 from memproto.recording import SegmentHeader, SegmentWriter, pack_batch  # noqa: E402
 
 KiB = 1024

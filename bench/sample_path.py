@@ -210,14 +210,14 @@ async def measure_path(pids: list[int], ticks: int, reps: int, tmpdir: str, inte
         def encode() -> None:
             nonlocal framed
             for seq in range(ticks):
-                rows, _uids = sampler.rows()
+                rows, _uids = agent.registry.rows()
                 framed = frame_bytes(encode_sample(seq, time.time(), interval, rows))
 
         def encode_uid() -> None:
             # What broadcast_sample does for a subscriber that only sees its own UID.
             view = os.getuid()
             for seq in range(ticks):
-                rows, uids = sampler.rows()
+                rows, uids = agent.registry.rows()
                 mine = [r for r, u in zip(rows, uids, strict=True) if u == view]
                 frame_bytes(encode_sample(seq, time.time(), interval, mine))
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import HERE, Daemon, memagent_cli
 
-from memagent.serve.record_files import NAME
+from memagent.store.record_files import NAME
 from memproto.frames import Frame
 from memproto.recording import SUFFIX, SegmentHeader, SegmentReader
 from memproto.records import DaemonStatus

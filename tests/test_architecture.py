@@ -1,7 +1,10 @@
 """The house rules that import-linter cannot see (``docs/architecture.md``):
 
-- only :mod:`memagent.proc` touches the kernel's and drivers' files: no other module of
-  the agent opens, lists or reads links under /proc, /sys or /dev;
+- two rooms of the agent open files: :mod:`memagent.proc` (the kernel's and drivers'
+  files: /proc, /sys, /dev) and :mod:`memagent.store` (the daemon's own: its state
+  directory, the flight recorder's segments, the metrics textfile, the socket's lock
+  file; the other rooms call its helpers); no other module opens, lists or inspects
+  files, and none but ``proc`` names a kernel path;
 - no source module grows past 400 lines (split it along its seams instead).
 """
 
@@ -18,22 +21,15 @@ SOURCES = sorted(p for top in ("agent", "tui", "protocol") for p in (ROOT / top)
 #: Calls that reach files or directories by path.
 FILE_CALLS = {"open", "os.open", "os.listdir", "os.readlink", "os.scandir", "os.stat", "os.lstat", "io.open"}
 KERNEL_PREFIXES = ("/proc", "/sys", "/dev/kmsg")
-#: Deliberate exceptions, each with its reason.
+#: The rooms whose work is files: the kernel's (proc) and the daemon's own (store).
+FILE_ROOMS = ("proc", "store")
+#: Deliberate exceptions outside those rooms, each with its reason.
 ALLOWED = {
     ("config/file.py", "open"): "the TOML configuration file, not a kernel file",
     ("cli/main.py", "os.open"): "/dev/null over a closed stdout (| head)",
-    ("serve/listen.py", "os.stat"): "the daemon's own socket file and its directories",
-    ("serve/listen.py", "os.lstat"): "the daemon's own socket file and its directories",
-    ("serve/listen.py", "os.open"): "the daemon's lock file beside its socket (one daemon per path)",
-    ("serve/state.py", "os.open"): "the daemon's state directory and its state file (kept across restarts)",
-    ("serve/state.py", "os.lstat"): "the state directory's check (not a symbolic link) before it is opened",
-    ("serve/record_files.py", "os.open"): "the flight recorder's directory and segments, in the state directory",
-    ("serve/record_files.py", "os.scandir"): "the flight recorder's segments (sizes, sequence numbers)",
     ("cli/record_cmd.py", "os.open"): "the file memagent record -o writes (O_EXCL: never over an existing one)",
     ("cli/run_report.py", "os.open"): "the files memagent run --report/--junit write, $GITHUB_STEP_SUMMARY",
     ("cli/admit_cmd.py", "open"): "the run report memagent admit --report reads",
-    ("serve/metrics_textfile.py", "os.open"): "the metrics textfile for node_exporter ([metrics] textfile) and its "
-                                              "directory (synced after the rename)",
 }
 
 
@@ -45,25 +41,26 @@ def _name(node: ast.expr) -> str:
     return ""
 
 
-def _outside_proc() -> list[Path]:
-    return [p for p in AGENT.rglob("*.py") if "proc" not in p.relative_to(AGENT).parts[:1]]
+def _outside(rooms: tuple[str, ...]) -> list[Path]:
+    """The agent's modules outside the top-level packages ``rooms``."""
+    return [p for p in AGENT.rglob("*.py") if p.relative_to(AGENT).parts[0] not in rooms]
 
 
-def test_only_the_proc_layer_opens_files() -> None:
+def test_only_the_file_rooms_open_files() -> None:
     found = []
-    for path in _outside_proc():
+    for path in _outside(FILE_ROOMS):
         rel = path.relative_to(AGENT).as_posix()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call):
                 name = _name(node.func)
                 if name in FILE_CALLS and (rel, name) not in ALLOWED:
                     found.append(f"{rel}:{node.lineno} {name}()")
-    assert not found, "file access outside memagent/proc: " + ", ".join(found)
+    assert not found, "file access outside memagent/proc and memagent/store: " + ", ".join(found)
 
 
 def test_no_kernel_path_outside_the_proc_layer() -> None:
     found = []
-    for path in _outside_proc():
+    for path in _outside(("proc",)):
         rel = path.relative_to(AGENT).as_posix()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) \

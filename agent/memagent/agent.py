@@ -15,7 +15,7 @@ import logging
 import resource
 import time
 
-from memproto.records import Alert
+from memproto.records import Alert, StackDump
 from memproto.text import printable
 from memproto.vocabulary import AlertState, Severity
 
@@ -26,6 +26,7 @@ from .core.autoattach import Scanner
 from .core.containers import ContainerNames, apply_names
 from .core.gpu import GpuSampler
 from .core.groups import Groups
+from .core.pacing import Pacer
 from .core.process_events import ProcessEvents
 from .core.registry import Registry
 from .core.restore import restore
@@ -33,18 +34,17 @@ from .core.sampler import Sampler, Ticker
 from .core.stack_collector import StackCollector
 from .core.watched import Watched
 from .errors import ConfigError
+from .metrics.http import MetricsExporter
+from .metrics.snapshot import MetricsSnapshotSource
 from .proc.nvmap import NVMAP_CLIENTS, NvmapSource
 from .proc.nvml import Nvml
 from .proc.procfs import ProcFS
 from .serve.access import AccessPolicy, resolve_group
 from .serve.dispatch import Dispatcher
-from .serve.metrics_http import MetricsExporter
-from .serve.metrics_snapshot import SnapshotSource
-from .serve.pacing import Pacer
-from .serve.recorder import EventTee, FlightRecorder
 from .serve.server import Server
-from .serve.state import StateDir, StateKeeper
 from .serve.status import StatusReport
+from .store.recorder import FlightRecorder
+from .store.state import StateDir, StateKeeper
 
 log = logging.getLogger(__name__)
 
@@ -61,25 +61,30 @@ def raise_fd_limit() -> int:
 
 class Agent:
     def __init__(self, config: AgentConfig, procfs: ProcFS | None = None) -> None:
+        """Every part built from its config and the parts it calls, in an order where each
+        finds its collaborators built. Where a part calls one built after it (the registry
+        announces to the server and the recorder; the stacks report to them), it is given
+        a callback of the agent's that forwards to that part (see :class:`_Announcer`)."""
         if config.interval <= 0:
             raise ConfigError("interval", "must be positive")
         self.config = config
         self.procfs = procfs or ProcFS()
+        #: The event loop :meth:`run` serves on (container names found in a thread wake it).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.registry = Registry(
             self.procfs,
             history_step=max(config.history_step, config.interval),
             history_seconds=config.history_seconds,
             max_exited=config.max_exited,
+            events=_Announcer(self),
+            container_names=ContainerNames(config.containers_root or None, self._container_names_found),
         )
-        self.sampler = Sampler(self.registry, interval=config.interval, status_refresh=config.status_refresh)
         self.groups = Groups(self.registry)
         self.scanner = Scanner(self.registry, config.auto, label=config.auto_label, groups=self.groups,
                                cmdline=config.auto_cmdline)
-        self.process_events = ProcessEvents(self.registry, self.scanner)
-        self.sampler.before_exit = self.process_events.drain
         self.ticker = Ticker(config.interval, self.on_tick)
         self._scan_every = max(1, round(config.scan_interval / config.interval))
-        self.stacks = StackCollector(config.stacks)
+        self.stacks = StackCollector(config.stacks, on_state=self._stack_state, on_peak_stack=self._peak_stack)
         nvmap = None if config.nvmap_clients == "" else NvmapSource(config.nvmap_clients or NVMAP_CLIENTS)
         self.gpu = GpuSampler(self.registry, Nvml(), round(config.status_refresh / config.interval), nvmap)
         a = config.alerts
@@ -87,6 +92,9 @@ class Agent:
                                 rate=a.hook_rate, burst=a.hook_burst)
         self.alerts = AlertEngine(self.registry, config.headroom, config.alerts, self.deliver_alert,
                                   self.stacks.peak_text)
+        self.process_events = ProcessEvents(self.registry, self.scanner, on_sharing_change=self.alerts.sharing.touch)
+        self.sampler = Sampler(self.registry, interval=config.interval, status_refresh=config.status_refresh,
+                               before_exit=self.process_events.drain)
         self.dispatcher = Dispatcher(self.registry, self.stacks, lambda access: self.report.build(access),
                                      Pacer(self.ticker), self.groups)
         self.server = Server(
@@ -99,9 +107,6 @@ class Agent:
             max_clients_per_uid=config.max_clients_per_uid,
             idle_timeout=config.client_idle_timeout,
         )
-        self.process_events.on_sharing_change = self.alerts.sharing.touch
-        self.report = StatusReport(config, time.time(), self.procfs, self.registry, self.ticker, self.server,
-                                   self.gpu, self.stacks, self.alerts, self.process_events)
         #: Hook runners replaced by a reload, finishing what they had started.
         self._retiring: set[asyncio.Task[None]] = set()
         #: The state kept across restarts (docs/service.md); ConfigError: a directory not to trust.
@@ -109,48 +114,44 @@ class Agent:
         #: The flight recorder (docs/recording.md): off without a state directory.
         self.recorder = FlightRecorder(config.record, self.state, config.interval, registry=self.registry,
                                        stacks=self.stacks, alerts=self.alerts, procfs=self.procfs)
-        self.registry.events = EventTee(self.server, self.recorder)
-        self.stacks.on_state = self._stack_state
-        self.stacks.on_peak_stack = self.recorder.peak_stack
-        self.report.recorder = self.recorder
+        self.report = StatusReport(config, time.time(), self.procfs, self.registry, self.ticker, self.server,
+                                   self.gpu, self.stacks, self.alerts, self.process_events, self.recorder)
         #: The Prometheus endpoint and textfile (docs/metrics.md); each off unless configured.
-        self.metrics = MetricsExporter(config.metrics, SnapshotSource(config, self.registry, self.alerts, self.ticker,
-                                                                      self.stacks), self.ticker)
+        figures = MetricsSnapshotSource(config, self.registry, self.alerts, self.ticker, self.stacks)
+        self.metrics = MetricsExporter(config.metrics, figures, self.ticker)
 
-    def _name_containers(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Container names (memagent.core.containers), looked up in a thread that wakes the
-        loop when one is found; set on the loop, each entry announced again."""
+    def _container_names_found(self) -> None:
+        """Told from the lookup thread (memagent.core.containers) that a name was found:
+        the names are set on the loop, each entry announced again."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody to tell
+                self._loop.call_soon_threadsafe(self._apply_container_names)
 
+    def _apply_container_names(self) -> None:
         def announce(w: Watched) -> None:
             self.scanner.relabel(w)  # a label from its container's name: before it is announced
             self.registry.events.attached(w)
 
-        def found() -> None:
-            apply_names(list(self.registry.entries.values()), names, announce)
-
-        def notify() -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody to tell
-                loop.call_soon_threadsafe(found)
-
-        names = ContainerNames(self.config.containers_root or None, notify)
-        self.registry.container_names = names
+        apply_names(list(self.registry.entries.values()), self.registry.container_names, announce)
 
     def _stack_state(self, w: Watched, message: str | None) -> None:
         self.server.stack_state(w, message)
         self.recorder.stack_state(w, message)
 
+    def _peak_stack(self, w: Watched, dump: StackDump) -> None:
+        self.recorder.peak_stack(w, dump)
+
     def on_tick(self, now: float) -> None:
         if self.ticker.ticks % self._scan_every == 1 or self._scan_every == 1:
             self.scanner.scan()
-        exited = self.sampler.sample(now)
-        changed = self.sampler.changed
+        sampled = self.sampler.sample(now)
+        exited, changed = sampled.exited, sampled.changed
         if self.gpu.available:
             changed = changed + self.gpu.sample(self.ticker.ticks)
         if self.config.stacks.enabled:
             self.stacks.on_tick(now, changed, exited, self.registry)
-        self.alerts.on_tick(now, exited, self.gpu.devices, changed=bool(changed or exited),
-                            moved=self.sampler.changed)
-        rows, uids = self.sampler.rows()
+        self.alerts.on_tick(now, exited, self.gpu.devices, changed=bool(changed or exited), moved=sampled.changed)
+        rows, uids = self.registry.rows()
         self.server.broadcast_sample(self.ticker.ticks, now, rows, uids)
         self.recorder.sample(self.ticker.ticks, now, rows)
 
@@ -170,7 +171,8 @@ class Agent:
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         """Serve until ``stop`` is set; the socket file is removed on the way out."""
         raise_fd_limit()
-        self._name_containers(asyncio.get_running_loop())
+        self._loop = asyncio.get_running_loop()
+        self._apply_container_names()  # names found before the loop ran
         await self.metrics.start()  # bound before the socket: "listening on" means both are
         try:
             await self.server.start()
@@ -281,6 +283,29 @@ class Agent:
             self._retiring.add(task)
             task.add_done_callback(self._retiring.discard)
         return applied, kept
+
+
+class _Announcer:
+    """The registry's events (attached, exited, detached), to the server and then the
+    recorder. The registry is built before either of them (both read it), so it is given
+    this, which reaches them through the agent when an event comes, after construction."""
+
+    __slots__ = ("agent",)
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def attached(self, w: Watched) -> None:
+        self.agent.server.attached(w)
+        self.agent.recorder.attached(w)
+
+    def exited(self, w: Watched) -> None:
+        self.agent.server.exited(w)
+        self.agent.recorder.exited(w)
+
+    def detached(self, w: Watched) -> None:
+        self.agent.server.detached(w)
+        self.agent.recorder.detached(w)
 
 
 def _hook_settings(a: AlertConfig) -> tuple[object, ...]:

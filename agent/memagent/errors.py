@@ -105,3 +105,11 @@ class DaemonAlreadyRunning(SocketPathError):
     def __init__(self, path: str) -> None:
         self.path = path
         super().__init__(f"a memagent daemon is already listening on {path}")
+
+
+# --------------------------------------------------------------------------- the daemon's files
+
+
+class RecordDirRefused(MemagentError):
+    """The flight recorder's directory is not one to write to (the message says why, one
+    line); the daemon runs on without recording (docs/recording.md)."""

@@ -60,7 +60,7 @@ def encode_sample(
 class ListFrameEncoder:
     """A frame whose last field is one long list, packed item by item: the agent never
     holds the whole list as plain Python values at once (1000 x 600 ints of a history),
-    and it can stop between items to let its tick run (see ``memagent.serve.pacing``).
+    and it can stop between items to let its tick run (see ``memagent.core.pacing``).
 
     ``fixed`` are the frame's other fields (wire values or records); ``count`` items
     must then be :meth:`add`-ed: records (dataclasses) or already plain maps.

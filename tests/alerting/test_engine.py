@@ -52,9 +52,8 @@ class Box:
         self.registry.reset_peaks(pid, now=now)
 
     async def tick(self, now: float) -> None:
-        exited = self.sampler.sample(now)
-        changed = self.sampler.changed
-        self.engine.on_tick(now, exited, NO_GPUS, changed=bool(changed or exited))
+        sampled = self.sampler.sample(now)
+        self.engine.on_tick(now, sampled.exited, NO_GPUS, changed=bool(sampled.changed or sampled.exited))
         await self.engine.pss_settled()  # the PSS reads it started in a worker thread
 
     def fired(self, kind: str) -> list[Alert]:

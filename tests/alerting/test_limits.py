@@ -55,8 +55,7 @@ class Box:
         (self.cgroups / relative.lstrip("/")).write_text(content)
 
     async def tick(self, now: float) -> None:
-        exited = self.sampler.sample(now)
-        self.engine.on_tick(now, exited, [], changed=True)
+        self.engine.on_tick(now, self.sampler.sample(now).exited, [], changed=True)
         await self.engine.pss_settled()
 
     def view(self, resource: str) -> Headroom:

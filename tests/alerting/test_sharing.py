@@ -56,8 +56,8 @@ class Box:
 
     async def tick(self) -> None:
         self.now += 0.5
-        exited = self.sampler.sample(self.now)
-        self.engine.on_tick(self.now, exited, [], changed=True, moved=self.sampler.changed)
+        sampled = self.sampler.sample(self.now)
+        self.engine.on_tick(self.now, sampled.exited, [], changed=True, moved=sampled.changed)
         await self.engine.pss_settled()
 
     def excess(self, pid: int) -> int:
@@ -152,7 +152,8 @@ async def test_an_exited_partner_leaves_its_shared_pages_to_the_survivor(box: Bo
     box.share(TRAINER, 400 * MiB, 400 * MiB)
     box.tree.exit(5001)
     box.now += 0.5
-    box.engine.on_tick(box.now, box.sampler.sample(box.now), [], changed=True, moved=box.sampler.changed)
+    sampled = box.sampler.sample(box.now)
+    box.engine.on_tick(box.now, sampled.exited, [], changed=True, moved=sampled.changed)
     assert box.excess(TRAINER) == 0  # at once: the worker's fair share, before TRAINER's re-read
     await box.engine.pss_settled()
     await box.tick()

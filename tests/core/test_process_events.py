@@ -136,7 +136,7 @@ def test_a_child_attached_exited_at_its_fork_takes_its_own_record_of_that_batch(
                  [record(CHILD, 5 * GiB, ppid=WEIRD), record(CHILD, 2 * GiB, ppid=TRAINER)], now=100.0)
     child = registry.find_alive(CHILD)
     assert child is not None and child.exit_hwm == 2 * GiB
-    assert child in Sampler(registry, interval=0.1).sample(100.1)
+    assert child in Sampler(registry, interval=0.1).sample(100.1).exited
     assert (child.peak, child.info().rss_peak_exact) == (2 * GiB, True)
 
 
@@ -194,7 +194,7 @@ def test_an_auto_pattern_is_matched_at_exec(proc_tree: ProcTree, registry: Regis
 
 def _exit(proc_tree: ProcTree, sampler: Sampler, pid: int, now: float) -> list[Watched]:
     proc_tree.exit(pid)
-    return sampler.sample(now)
+    return sampler.sample(now).exited
 
 
 def test_a_record_before_the_exit_is_seen_makes_the_final_peak_exact(
@@ -274,14 +274,14 @@ def test_a_process_whose_main_thread_exits_first_lives_on_in_its_other_threads(
         proc_tree.write(TRAINER, statm, "0 0 0 0 0 0 0\n")
     events.apply([], [record(TRAINER, GiB)], now=100.05)
     assert w.exit_hwm is None
-    assert sampler.sample(100.1) == [] and w.alive
+    assert sampler.sample(100.1).exited == [] and w.alive
     # Read through the other thread from then on.
     _thread_memory(proc_tree, TRAINER, THREAD, 3 * GiB)
-    assert sampler.sample(100.2) == [] and (w.rss, w.peak) == (3 * GiB, 3 * GiB)
+    assert sampler.sample(100.2).exited == [] and (w.rss, w.peak) == (3 * GiB, 3 * GiB)
     # The last thread exits: its group's record is the final peak.
     proc_tree.write(TRAINER, f"task/{THREAD}/statm", "0 0 0 0 0 0 0\n")
     sampler.before_exit = lambda: events.apply([], [record(THREAD, 4 * GiB, tgid=TRAINER)], now=100.3)
-    assert sampler.sample(100.3) == [w]
+    assert sampler.sample(100.3).exited == [w]
     assert (w.peak, w.info().rss_peak_exact) == (4 * GiB, True)
 
 

@@ -14,7 +14,7 @@ import pytest
 from proctree import TRAINER, WEIRD, KiB, MiB, ProcTree
 
 from memagent.core.registry import Registry
-from memagent.core.sampler import Sampler, Ticker
+from memagent.core.sampler import Sampled, Sampler, Ticker
 from memagent.proc.procfs import PAGE_SIZE
 from memproto import decode, encode_sample
 from memproto.frames import Sample
@@ -26,12 +26,10 @@ from memproto.records import SAMPLE_COLUMNS, TickStats
 def test_an_unchanged_statm_skips_the_status_read(proc_tree: ProcTree, registry: Registry) -> None:
     (w,) = registry.attach(TRAINER, now=100.0)
     sampler = Sampler(registry, interval=0.1)
-    sampler.sample(100.1)  # the first tick reads everything
-    assert sampler.changed == [w]
+    assert sampler.sample(100.1).changed == [w]  # the first tick reads everything
     hwm = w.hwm
     proc_tree.set_status(TRAINER, VmHWM=hwm + 100 * MiB)  # status moves, statm does not
-    assert sampler.sample(100.2) == []
-    assert sampler.changed == []
+    assert sampler.sample(100.2) == Sampled(exited=[], changed=[])
     assert (w.hwm, w.peak) == (hwm, hwm)
 
 
@@ -40,8 +38,7 @@ def test_a_changed_statm_updates_rss_and_peak(proc_tree: ProcTree, registry: Reg
     sampler = Sampler(registry, interval=0.1)
     sampler.sample(100.1)
     proc_tree.set_memory(TRAINER, 900 * MiB, shared=100 * MiB)
-    assert sampler.sample(100.2) == []
-    assert sampler.changed == [w]
+    assert sampler.sample(100.2) == Sampled(exited=[], changed=[w])
     assert (w.rss, w.anon, w.hwm, w.peak) == (900 * MiB, 800 * MiB, 900 * MiB, 900 * MiB)
     # A sample above the kernel's (stale) high-water mark is a peak too.
     proc_tree.set_memory(TRAINER, 1000 * MiB, hwm=900 * MiB)
@@ -66,7 +63,8 @@ def test_status_is_reread_every_status_every_ticks_with_statm_unchanged(
     proc_tree.set_status(TRAINER, VmHWM=first + 64 * MiB)
     reads: list[tuple[int, int]] = []  # (tick after the first, VmHWM seen after it)
     for n in range(1, 2 * sampler.status_every + 1):
-        if sampler.sample(100.0 + n * 0.1) == [] and sampler.changed:  # a read that found a new VmHWM
+        sampled = sampler.sample(100.0 + n * 0.1)
+        if not sampled.exited and sampled.changed:  # a read that found a new VmHWM
             reads.append((n, w.hwm))
             proc_tree.set_status(TRAINER, VmHWM=w.hwm + 64 * MiB)  # another spike, for the next read
     (n1, hwm1), (n2, hwm2) = reads
@@ -82,7 +80,8 @@ def test_a_forced_status_read_that_finds_nothing_new_is_no_change(proc_tree: Pro
     registry.attach(TRAINER, now=100.0)
     sampler = Sampler(registry, interval=0.1, status_refresh=1.0)
     sampler.sample(100.0)  # the first read after the attach
-    changed = [bool(sampler.sample(100.1 + n * 0.1) or sampler.changed) for n in range(3 * sampler.status_every)]
+    ticks = [sampler.sample(100.1 + n * 0.1) for n in range(3 * sampler.status_every)]
+    changed = [bool(t.exited or t.changed) for t in ticks]
     assert not any(changed)
 
 
@@ -122,14 +121,14 @@ def test_a_zombie_statm_marks_the_process_exited(proc_tree: ProcTree, registry: 
     sampler.sample(100.1)
     peak = w.peak
     proc_tree.exit(TRAINER, signal=9)  # statm "0 0 0 0 0 0 0"
-    assert sampler.sample(100.2) == [w]
+    assert sampler.sample(100.2).exited == [w]
     assert not w.alive and w.exited_at == 100.2 and w.handle.closed
     assert w.exit_signal == 9
     assert w.peak == peak
     assert registry.alive == [other]
-    rows, _ = sampler.rows()
+    rows, _ = registry.rows()
     assert [dict(zip(SAMPLE_COLUMNS, row, strict=True))["alive"] for row in rows] == [False, True]
-    assert sampler.sample(100.3) == []  # not sampled again
+    assert sampler.sample(100.3).exited == []  # not sampled again
 
 
 def test_rows_follow_the_sample_columns(registry: Registry) -> None:
@@ -137,7 +136,7 @@ def test_rows_follow_the_sample_columns(registry: Registry) -> None:
     (weird,) = registry.attach(WEIRD, now=100.0)
     sampler = Sampler(registry, interval=0.1)
     sampler.sample(100.1)
-    rows, uids = sampler.rows()
+    rows, uids = registry.rows()
     assert uids == [1000, 1001]
     named = [dict(zip(SAMPLE_COLUMNS, row, strict=True)) for row in rows]
     assert named[0] == {
@@ -253,8 +252,7 @@ def test_an_idle_process_is_read_less_often_at_short_intervals_and_a_change_show
         seen = []
         for _ in range(n):
             tick += 1
-            sampler.sample(100.0 + tick * 0.1)
-            if sampler.changed:
+            if sampler.sample(100.0 + tick * 0.1).changed:
                 seen.append(tick)
         return seen
 

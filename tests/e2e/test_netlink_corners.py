@@ -241,11 +241,10 @@ class Core:
         self.registry = Registry(ProcFS())
         self.scanner = Scanner(self.registry, patterns, label="auto" if patterns else None)
         self.events = ProcessEvents(self.registry, self.scanner)
-        self.sampler = Sampler(self.registry, interval=0.1)
-        self.sampler.before_exit = self.events.drain
+        self.sampler = Sampler(self.registry, interval=0.1, before_exit=self.events.drain)
 
     def sample(self) -> list[Watched]:
-        return self.sampler.sample(time.time())
+        return self.sampler.sample(time.time()).exited
 
     def close(self) -> None:
         self.events.close()
@@ -375,7 +374,7 @@ def test_a_reused_pid_is_a_new_process_and_each_gets_its_own_record(
     new = targets(_hold(corners, 16, old.pid))
     new_hwm = int(new.expect("ready")[1])
     (w_new,) = core.registry.attach(new.pid)
-    assert w_new is not w_old and w_new.starttime == _starttime(new.pid) != w_old.starttime
+    assert w_new is not w_old and w_new.key[1] == _starttime(new.pid) != w_old.key[1]
     assert core.registry.attach(new.pid) == [w_new]  # attaching it again: the same entry
     assert [w.alive for w in core.registry.find(old.pid)] == [True, True]
     # The old one's record goes to the old entry, not to the new one of its PID.
@@ -405,7 +404,7 @@ def test_a_reused_pid_is_matched_as_a_new_process_at_its_exec(make_core: Callabl
     new.expect("ready")
     core.events.drain()  # the new process's exec, under the same PID
     (w_new,) = [w for w in core.registry.find(old.pid) if w is not w_old]
-    assert (w_new.alive, w_new.starttime, w_new.label) == (True, _starttime(new.pid), "auto")
+    assert (w_new.alive, w_new.key[1], w_new.label) == (True, _starttime(new.pid), "auto")
 
 
 def _starttime(pid: int) -> int:

@@ -277,5 +277,6 @@ def test_rules_and_dashboard_use_only_exported_names(scraped: dict[str, set[str]
     # Everything the rules and dashboard are about is covered by some query.
     for name in ("memagent_headroom_ratio", "memagent_process_rss_peak_bytes", "memagent_process_vram_bytes",
                  "memagent_label_budget_bytes", "memagent_alert_firing", "memagent_tick_duration_seconds_bucket",
-                 "memagent_watched_processes", "memagent_process_growth_bytes_per_second", "up"):
+                 "memagent_watched_processes", "memagent_process_growth_bytes_per_second",
+                 "memagent_process_leak_eta_seconds", "memagent_headroom_resource_info", "up"):
         assert name in used, name

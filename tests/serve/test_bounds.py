@@ -15,13 +15,13 @@ from proctree import TRAINER, WEIRD, ProcTree
 
 from memagent.alerting.engine import AlertEngine
 from memagent.config import AlertConfig, HeadroomConfig, StackConfig
+from memagent.core.pacing import Pacer
 from memagent.core.registry import Registry
 from memagent.core.sampler import Ticker
 from memagent.core.stack_collector import StackCollector
 from memagent.proc.kmsg import KernelLog
 from memagent.serve.access import Access, Peer
 from memagent.serve.dispatch import Dispatcher
-from memagent.serve.pacing import Pacer
 from memagent.serve.session import MAX_EVENT_BACKLOG, ClientSession
 from memproto import ProtocolError, decode, frame_bytes, unpack
 from memproto.frames import Attach, AttachOk, Error, ListOk, ListProcesses

@@ -12,6 +12,7 @@ PSS, which the host Σ needs, is read off the tick in a worker thread and rarely
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 
 from memproto.records import Alert, Contributor, Headroom
@@ -65,6 +66,10 @@ class AlertEngine:
         #: Per live process (its key), the growth rate (bytes/s) the last leak check found
         #: since its latest low (0: not growing); memagent_process_growth_bytes_per_second.
         self.rates: dict[tuple[int, int], float] = {}
+        #: Per live process (its key), the seconds until the headroom it is in (the host's,
+        #: or its limited cgroup's) is gone at that rate, as the last leak check found
+        #: (inf: not growing); memagent_process_leak_eta_seconds.
+        self.etas: dict[tuple[int, int], float] = {}
         self.sharing = SharingTracker(registry, headroom)
         self._state: tuple[int, int] = (-1, -1)
         self._devices: list[DeviceReading] | None = None
@@ -192,12 +197,14 @@ class AlertEngine:
         longest = (slots - 1) * step
         live = set()
         self.rates = {}
+        self.etas = {}
         for w in self.registry.alive:
             resource = f"pid:{w.pid}"
             live.add(resource)
             g = growth(w.history.series(c.leak_window)[1], w.history.step)
             v = judge(g, lefts.get(w.key, host_left), c.leak_min_rate, c.leak_horizon, longest)
             self.rates[w.key] = max(0.0, g.rate) if g is not None else 0.0
+            self.etas[w.key] = v.eta if v.eta is not None else math.inf
             name = w.label or w.name
             if g is None or v.eta is None:
                 message = f"{printable(name)} ({w.pid}) is not growing"

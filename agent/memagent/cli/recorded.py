@@ -20,7 +20,7 @@ from .args import UsageError
 from .client import connect
 from .timeline import Timeline, build_timeline, parse_when
 
-#: The recorder's directory inside the state directory (memagent.serve.recorder).
+#: The recorder's directory inside the state directory (memagent.store.recorder).
 RECORD_SUBDIR = "record"
 #: The last second of the year 9999 UTC: the latest time ``--since``/``--until`` may name.
 LATEST = 253_402_300_799.0

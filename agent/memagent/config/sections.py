@@ -156,7 +156,7 @@ class StackConfig:
 
 @dataclass
 class RecordConfig:
-    """The flight recorder (memagent.serve.recorder, docs/recording.md)."""
+    """The flight recorder (memagent.store.recorder, docs/recording.md)."""
 
     enabled: bool = key("record.enabled", boolean, True, reload=RESTART, doc="Record (docs/recording.md).",
                         flag=flag("--no-record", switch_off=True,
@@ -258,7 +258,7 @@ class AgentConfig:
                                    flag=flag("--socket-group", metavar="GROUP",
                                              help="group of the socket file: its members may connect"))
     #: Where the watched set and the peaks of exited processes are kept across restarts
-    #: (memagent.serve.state); None: nowhere (embedded, demo, or ``state_dir = ""``).
+    #: (memagent.store.state); None: nowhere (embedded, demo, or ``state_dir = ""``).
     state_dir: str | None = key(
         "state_dir", path_or_empty, None, reload=RESTART,
         shown_default="`/var/lib/memagent` as root, `$XDG_STATE_HOME/memagent` otherwise, on the default socket only",

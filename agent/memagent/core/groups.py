@@ -3,7 +3,7 @@
 ``memagent attach --cgroup PATH | --unit NAME | --container NAME|ID`` watches every process
 in it now, and keeps a :class:`GroupRule` so that the scan (:mod:`memagent.core.autoattach`)
 attaches the ones that start later, with the label and the rights of the client that
-asked. Rules are kept across restarts with the watched set (:mod:`memagent.serve.state`),
+asked. Rules are kept across restarts with the watched set (:mod:`memagent.store.state`),
 each with its owner's rights (``owner``: the UID of the client that asked, None for one that
 sees all); ``memagent detach --cgroup/--unit/--container`` ends them.
 

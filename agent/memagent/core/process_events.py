@@ -91,7 +91,8 @@ def _key(x: ExitStats) -> int:
 
 
 class ProcessEvents:
-    def __init__(self, registry: Registry, scanner: Scanner) -> None:
+    def __init__(self, registry: Registry, scanner: Scanner,
+                 on_sharing_change: Callable[[int], None] | None = None) -> None:
         self.registry = registry
         self.scanner = scanner
         self.source: ProcessEventSource | None = None
@@ -108,7 +109,7 @@ class ProcessEvents:
         self._unborn: dict[int, tuple[Watched, float]] = {}
         #: Told the PID of a watched process that forked or ran a new program: what it
         #: shares with others has changed (see memagent.core.sharing).
-        self.on_sharing_change: Callable[[int], None] | None = None
+        self.on_sharing_change = on_sharing_change
 
     @property
     def mode(self) -> str:

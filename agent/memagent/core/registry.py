@@ -59,6 +59,7 @@ class Registry:
         history_seconds: float = 600.0,
         max_exited: int = 256,
         events: Events | None = None,
+        container_names: ContainerNames | None = None,
     ) -> None:
         self.procfs = procfs or ProcFS()
         self.history_step = history_step
@@ -71,11 +72,11 @@ class Registry:
         self.alive: list[Watched] = []
         #: Bumped on every attach, detach and exit: lets consumers skip unchanged ticks.
         self.version = 0
-        #: Bumped on every change the saved state holds (memagent.serve.state): the set, as
+        #: Bumped on every change the saved state holds (memagent.store.state): the set, as
         #: :attr:`version`, and a label, children-following or a peak window changed.
         self.edits = 0
-        #: Container names (memagent.core.containers); the agent gives it its root.
-        self.container_names = ContainerNames(None)
+        #: Container names (memagent.core.containers); without one, names are not looked up.
+        self.container_names = container_names or ContainerNames(None)
 
     # ----------------------------------------------------------------- queries
 
@@ -89,6 +90,12 @@ class Registry:
             if w.pid == pid:
                 return w
         return None
+
+    def rows(self) -> tuple[list[tuple[object, ...]], list[int]]:
+        """The sample row of every watched process in attach order (each rebuilt when its
+        figures changed), and each row's owner UID: what a tick broadcasts and records."""
+        entries = self.entries.values()
+        return [w.row for w in entries], [w.uid for w in entries]
 
     def visible(self, may_watch: MayWatch = anyone) -> list[Watched]:
         return [w for w in self.entries.values() if may_watch(w.uid)]

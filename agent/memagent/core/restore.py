@@ -57,7 +57,7 @@ class Saved:
 
     @classmethod
     def of(cls, w: Watched) -> Saved:
-        return cls(w.pid, w.starttime, w.start_time, w.attached_at, w.name, list(w.cmdline), w.uid, w.label,
+        return cls(w.pid, w.key[1], w.start_time, w.attached_at, w.name, list(w.cmdline), w.uid, w.label,
                    w.label_trusted, w.follow_children, w.alive, w.exited_at, w.peak, w.peak_known_exact,
                    w.peak_since, w.hwm_at_reset, w.vram_peak)
 

@@ -22,6 +22,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from memproto.records import TickStats
 
@@ -42,8 +43,21 @@ IDLE_READ_S = 0.5
 IDLE_AFTER_S = 2.0
 
 
+@dataclass(frozen=True, slots=True)
+class Sampled:
+    """What one tick of the sampler found, handed to the tick's next steps (stacks,
+    alerts) instead of left on the sampler for them to read."""
+
+    #: Processes found exited this tick (already marked so in the registry).
+    exited: list[Watched]
+    #: Processes whose memory figures changed this tick; the others did not, so consumers
+    #: skip them, and skip the tick's sums when it is empty.
+    changed: list[Watched]
+
+
 class Sampler:
-    def __init__(self, registry: Registry, *, interval: float, status_refresh: float = 1.0) -> None:
+    def __init__(self, registry: Registry, *, interval: float, status_refresh: float = 1.0,
+                 before_exit: Callable[[], None] | None = None) -> None:
         self.registry = registry
         self.interval = interval
         #: Ticks between forced status reads of a process whose statm did not change.
@@ -52,22 +66,18 @@ class Sampler:
         self.idle_every = max(1, round(IDLE_READ_S / interval))
         self.idle_after = max(1, round(IDLE_AFTER_S / interval))
         self.ticks = 0
-        #: Processes whose figures changed in the last tick (the others did not: consumers
-        #: skip them, and skip the tick's sums when it is empty).
-        self.changed: list[Watched] = []
         self._slot = -1
         #: Called when a tick found processes gone, before they are marked exited: takes
         #: the kernel's exit records queued by then (see memagent.core.process_events).
-        self.before_exit: Callable[[], None] | None = None
+        self.before_exit = before_exit
 
-    def sample(self, now: float) -> list[Watched]:
-        """One tick over every live process. Returns the processes found exited; those
-        whose figures changed this tick are left in :attr:`changed`."""
+    def sample(self, now: float) -> Sampled:
+        """One tick over every live process: the processes found exited, and those whose
+        figures changed."""
         tick = self.ticks = self.ticks + 1
         status_every = self.status_every
         exited: list[Watched] = []
         changed: list[Watched] = []
-        self.changed = changed
         pread = os.pread
         slot = int(now // self.registry.history_step)
         new_slot = slot != self._slot
@@ -118,12 +128,7 @@ class Sampler:
                 self.before_exit()
                 exited = [w for w in exited if self.registry.entries.get(w.key) is w]
             self.registry.mark_exited(exited, now)
-        return exited
-
-    def rows(self) -> tuple[list[tuple[object, ...]], list[int]]:
-        """Sample rows of every watched process in attach order, and each row's owner UID."""
-        entries = self.registry.entries.values()
-        return [w.row for w in entries], [w.uid for w in entries]
+        return Sampled(exited, changed)
 
 
 def _exited_or_moved(w: Watched, exited: list[Watched]) -> None:

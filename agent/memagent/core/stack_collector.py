@@ -64,14 +64,15 @@ NO_AUSTIN = "austin not found (pip install 'austin-dist<4', or set [stacks] aust
 
 
 class StackCollector:
-    def __init__(self, config: StackConfig, on_state: Callable[[Watched, str | None], None] | None = None) -> None:
+    def __init__(self, config: StackConfig, on_state: Callable[[Watched, str | None], None] | None = None,
+                 on_peak_stack: Callable[[Watched, StackDump], None] | None = None) -> None:
         self.config = config
         self.py_spy = find_py_spy(config.py_spy) if config.enabled else None
         self.austin = find_austin(config.austin) if config.enabled and config.sampler == "austin" else None
-        self.bursts = Bursts(self.austin, lambda w, dump: self.on_peak_stack(w, dump))
         self.on_state = on_state or (lambda w, message: None)
         #: Told of each new stack at a process's peak (the flight recorder keeps them).
-        self.on_peak_stack: Callable[[Watched, StackDump], None] = lambda w, dump: None
+        self.on_peak_stack: Callable[[Watched, StackDump], None] = on_peak_stack or (lambda w, dump: None)
+        self.bursts = Bursts(self.austin, self.on_peak_stack)
         self.bucket = TokenBucket(config.budget, config.burst)
         self.sampling_bucket = TokenBucket(config.budget * SAMPLING_FACTOR, 2)
         self._running: set[Key] = set()

@@ -92,7 +92,6 @@ class Watched:
         "shared_resident",
         "stack_state",
         "start_time",
-        "starttime",
         "statm_fd",
         "status_due",
         "status_fd",
@@ -119,7 +118,6 @@ class Watched:
     ) -> None:
         self.handle = handle
         self.pid = handle.pid
-        self.starttime = handle.starttime
         self.start_time = start_time
         self.name = name
         self.cmdline = cmdline
@@ -193,8 +191,9 @@ class Watched:
 
     @property
     def key(self) -> tuple[int, int]:
-        """Identity: PID and start time in clock ticks after boot."""
-        return (self.pid, self.starttime)
+        """Identity: PID and the kernel's start time of the process (clock ticks after
+        boot, kept by its handle); :attr:`start_time` is the same instant in Unix seconds."""
+        return (self.pid, self.handle.starttime)
 
     @property
     def cgroup_path(self) -> str | None:

@@ -41,12 +41,12 @@ from memproto.text import label_problem
 from memproto.vocabulary import ErrorCode, StackState
 
 from ..core.groups import KINDS, GroupRule, Groups
+from ..core.pacing import Pacer, Slice
 from ..core.registry import Registry
 from ..core.stack_collector import StackCollector
 from ..core.watched import Watched
 from ..errors import AccessDenied, CannotRead, MemagentError, NoSuchProcess, ProcessError
 from .access import Access
-from .pacing import Pacer, Slice
 from .session import ClientSession
 
 log = logging.getLogger(__name__)

@@ -36,6 +36,7 @@ import socket
 import stat
 
 from ..errors import DaemonAlreadyRunning, SocketPathError
+from ..store.files import entry_status, open_lock_file
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +97,12 @@ def secure_directory(directory: str, mode: int = PRIVATE_DIR_MODE, *, _depth: in
             continue
         entry = os.path.join(current, part)
         try:
-            st = os.lstat(entry)
+            st = entry_status(entry)
         except FileNotFoundError:
             with contextlib.suppress(FileExistsError):  # raced: whoever made it is checked
                 os.mkdir(entry, mode)
                 log.info("created socket directory %s (mode %04o, less the umask)", entry, mode)
-            st = os.lstat(entry)
+            st = entry_status(entry)
         if stat.S_ISLNK(st.st_mode) and st.st_uid in (euid, 0):
             if _depth >= 8:
                 raise SocketPathError(f"socket directory {directory}: too many symbolic links")
@@ -118,7 +119,7 @@ def prepare_path(path: str, dir_mode: int = PRIVATE_DIR_MODE) -> str:
     stale socket file of ours. Returns the path to bind: the directory's links resolved."""
     real = os.path.join(secure_directory(os.path.dirname(path) or ".", dir_mode), os.path.basename(path))
     try:
-        st = os.lstat(real)
+        st = entry_status(real)
     except FileNotFoundError:
         return real
     if not stat.S_ISSOCK(st.st_mode):
@@ -154,7 +155,7 @@ class DaemonLock:
         if self.fd < 0:
             return
         with contextlib.suppress(OSError):
-            if os.lstat(self.path).st_ino == self.inode:
+            if entry_status(self.path).st_ino == self.inode:
                 os.unlink(self.path)
         os.close(self.fd)
         self.fd = -1
@@ -170,8 +171,8 @@ def lock_daemon(path: str, gid: int | None) -> DaemonLock:
         raise SocketPathError(f"cannot use {path}: {exc.strerror or exc}") from None
     lock = os.path.join(directory, os.path.basename(path) + ".lock")
     for _ in range(8):
-        try:  # O_NONBLOCK: a FIFO planted in a sticky directory must not hang the start
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, LOCK_MODE)
+        try:
+            fd = open_lock_file(lock, LOCK_MODE)
         except OSError as exc:
             raise SocketPathError(f"cannot open the lock file {lock}: {exc.strerror or exc}; not using it") from None
         try:
@@ -186,7 +187,7 @@ def lock_daemon(path: str, gid: int | None) -> DaemonLock:
             except BlockingIOError:
                 raise DaemonAlreadyRunning(path) from None
             with contextlib.suppress(FileNotFoundError):
-                if os.lstat(lock).st_ino == st.st_ino:
+                if entry_status(lock).st_ino == st.st_ino:
                     return DaemonLock(fd, lock, st.st_ino)
         except OSError as exc:
             os.close(fd)
@@ -214,12 +215,12 @@ def bind_socket(path: str, gid: int | None) -> tuple[socket.socket, int]:
             sock.bind(real)
         finally:
             os.umask(old)
-        st = os.lstat(real)
+        st = entry_status(real)
         if not stat.S_ISSOCK(st.st_mode) or st.st_uid != euid:
             raise SocketPathError(f"{path} is not our socket after bind; not using it")
         if gid is not None:
             os.chown(real, -1, gid, follow_symlinks=False)
-            st = os.lstat(real)
+            st = entry_status(real)
         if stat.S_IMODE(st.st_mode) != SOCKET_MODE or (gid is not None and st.st_gid != gid):
             raise SocketPathError(f"{path} has mode {stat.S_IMODE(st.st_mode):04o} group {st.st_gid} "
                                   f"after bind, not {SOCKET_MODE:04o}{'' if gid is None else f' group {gid}'}")
@@ -235,5 +236,5 @@ def bind_socket(path: str, gid: int | None) -> tuple[socket.socket, int]:
 def remove_socket(path: str, inode: int | None) -> None:
     """Remove the socket file, only if it is still ours (same inode)."""
     with contextlib.suppress(OSError):
-        if os.lstat(path).st_ino == inode:
+        if entry_status(path).st_ino == inode:
             os.unlink(path)

@@ -26,8 +26,8 @@ from ..core.registry import Registry
 from ..core.sampler import Ticker
 from ..core.stack_collector import StackCollector
 from ..proc.procfs import ProcFS
+from ..store.recorder import FlightRecorder
 from .access import Access, alert_for, headroom_for, own_pids
-from .recorder import FlightRecorder
 from .server import Server
 
 
@@ -45,7 +45,7 @@ class StatusReport:
     stacks: StackCollector
     alerts: AlertEngine
     events: ProcessEvents
-    #: The flight recorder (set by the agent once the state directory is open); None: off.
+    #: The flight recorder; None: none (a part built without one, in tests).
     recorder: FlightRecorder | None = None
 
     def build(self, access: Access) -> DaemonStatus:

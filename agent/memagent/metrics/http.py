@@ -5,7 +5,7 @@ Both run on the agent's event loop, not in a thread: with the GIL, a thread rend
 scrape would take the interpreter from the tick for up to the switch interval (5 ms)
 each time the tick gives it up for a system call, hundreds of times per tick. On the
 loop, a scrape is served between ticks: the snapshot is taken and rendered one family at
-a time, giving way to a tick that is due (:class:`~memagent.serve.pacing.Pacer`), so a
+a time, giving way to a tick that is due (:class:`~memagent.core.pacing.Pacer`), so a
 tick is late by at most one family's rendering (~0.3 ms at 1000 processes). Only the
 textfile's write and fsync go to a worker thread (they hold no GIL while they wait).
 
@@ -29,12 +29,12 @@ import time
 from memproto.text import printable
 
 from ..config import MetricsConfig, copy_live, split_listen
+from ..core.pacing import Pacer
 from ..core.sampler import Ticker
 from ..errors import MetricsListenError
+from ..store.files import write_atomically
 from .exposition import OPENMETRICS_TYPE, TEXT_TYPE, render
-from .metrics_snapshot import SnapshotSource
-from .metrics_textfile import write_atomically
-from .pacing import Pacer
+from .snapshot import MetricsSnapshotSource
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
 
 
 class MetricsExporter:
-    def __init__(self, config: MetricsConfig, source: SnapshotSource, ticker: Ticker) -> None:
+    def __init__(self, config: MetricsConfig, source: MetricsSnapshotSource, ticker: Ticker) -> None:
         self.config = config  # the agent's own: a reload changes it in place
         self.source = source
         self.ticker = ticker

@@ -1,6 +1,6 @@
 """The flight recorder's directory and segment files (docs/recording.md). Every method of
 :class:`RecordFiles` but the constructor runs in the recorder's one I/O thread
-(:mod:`memagent.serve.recorder`), in the order the recorder submitted them, never on the
+(:mod:`memagent.store.recorder`), in the order the recorder submitted them, never on the
 event loop and never two at a time.
 
 The directory is ``<state_dir>/record``: made mode 0700, then opened ``O_NOFOLLOW``
@@ -25,6 +25,8 @@ import time
 
 from memproto.recording import SUFFIX, pack_batch
 
+from ..errors import RecordDirRefused
+
 log = logging.getLogger(__name__)
 
 RECORD_SUBDIR = "record"
@@ -34,10 +36,6 @@ FILE_MODE = 0o600
 PART = ".part"
 #: ``20261201T004959Z-000001.mrec``: the segment's UTC start, then its sequence number.
 NAME = re.compile(r"^\d{8}T\d{6}Z-(\d{6,})" + re.escape(SUFFIX) + "$")
-
-
-class RecordDirRefused(Exception):
-    """The recorder's directory is not one to write to (the message says why, one line)."""
 
 
 def segment_name(start: float, sequence: int) -> str:

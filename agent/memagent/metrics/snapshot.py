@@ -1,8 +1,8 @@
 """What the Prometheus exposition shows, taken from the agent's parts in one go.
 
-:meth:`SnapshotSource.take` runs on the agent's event loop, between ticks, like every
+:meth:`MetricsSnapshotSource.take` runs on the agent's event loop, between ticks, like every
 other reader of its state: it copies the figures into immutable records
-(:class:`Snapshot`), and :mod:`memagent.serve.exposition` renders those, so nothing that
+(:class:`MetricsSnapshot`), and :mod:`memagent.metrics.exposition` renders those, so nothing that
 renders or writes the exposition ever touches a live :class:`~memagent.core.watched.Watched`.
 Taking it costs one to two microseconds per process (bench/metrics_scrape.py).
 
@@ -14,6 +14,7 @@ PID) is shown once, the live one, so that no scrape carries a duplicate series.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import itemgetter
@@ -48,6 +49,8 @@ class ProcessFigures(NamedTuple):
     vram_peak: int | None
     growth: float
     peak_exact: bool
+    #: Seconds until its headroom is gone at its growth pace (inf: not growing).
+    leak_eta: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +75,7 @@ class TickFigures:
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class MetricsSnapshot:
     per_label: bool
     processes: tuple[ProcessFigures, ...]
     headroom: tuple[HeadroomFigures, ...]
@@ -95,14 +98,14 @@ _FIGURES = itemgetter(*(SAMPLE_COLUMNS.index(c) for c in ("rss_bytes", "rss_peak
                                                             "vram_peak_bytes", "rss_peak_exact")))
 
 
-def process_figures(w: Watched, growth: float) -> ProcessFigures:
+def process_figures(w: Watched, growth: float, leak_eta: float = math.inf) -> ProcessFigures:
     rss, peak, vram, vram_peak, exact = _FIGURES(w.row)
-    return ProcessFigures(w.pid, w.name, w.label or "", rss, peak, vram, vram_peak, growth, exact)
+    return ProcessFigures(w.pid, w.name, w.label or "", rss, peak, vram, vram_peak, growth, exact, leak_eta)
 
 
 def by_label(rows: Iterable[ProcessFigures]) -> tuple[ProcessFigures, ...]:
-    """One row per label (processes without one together, under ""): sums, and exact
-    only when every process's peak is."""
+    """One row per label (processes without one together, under ""): sums, exact only
+    when every process's peak is, and the soonest leak ETA of its processes."""
     groups: dict[str, list[ProcessFigures]] = {}
     for r in rows:
         groups.setdefault(r.label, []).append(r)
@@ -112,7 +115,8 @@ def by_label(rows: Iterable[ProcessFigures]) -> tuple[ProcessFigures, ...]:
         vram_peak = [r.vram_peak for r in rs if r.vram_peak is not None]
         out.append(ProcessFigures(
             0, "", label, sum(r.rss for r in rs), sum(r.rss_peak for r in rs), sum(vram) if vram else None,
-            sum(vram_peak) if vram_peak else None, sum(r.growth for r in rs), all(r.peak_exact for r in rs)))
+            sum(vram_peak) if vram_peak else None, sum(r.growth for r in rs), all(r.peak_exact for r in rs),
+            min(r.leak_eta for r in rs)))
     return tuple(out)
 
 
@@ -144,7 +148,7 @@ def shown(entries: Iterable[E], now: float, ttl: float) -> list[E]:
 
 
 @dataclass
-class SnapshotSource:
+class MetricsSnapshotSource:
     """The parts a snapshot is read from (the agent's own)."""
 
     config: AgentConfig
@@ -153,14 +157,15 @@ class SnapshotSource:
     ticker: Ticker
     stacks: StackCollector
 
-    def take(self, now: float) -> Snapshot:
+    def take(self, now: float) -> MetricsSnapshot:
         """On the event loop: every figure copied, nothing kept that the tick changes."""
-        m, rates = self.config.metrics, self.alerts.rates
+        m, rates, etas = self.config.metrics, self.alerts.rates, self.alerts.etas
         entries = list(self.registry.entries.values())
-        rows = [process_figures(w, rates.get(w.key, 0.0)) for w in shown(entries, now, m.exited_ttl)]
+        rows = [process_figures(w, rates.get(w.key, 0.0), etas.get(w.key, math.inf))
+                for w in shown(entries, now, m.exited_ttl)]
         budgets = tuple(sorted(self.config.alerts.budgets.items()))
         h = self.ticker.durations
-        return Snapshot(
+        return MetricsSnapshot(
             per_label=m.per_process == "label",
             processes=by_label(rows) if m.per_process == "label" else tuple(rows),
             headroom=tuple(HeadroomFigures(v.resource, v.name, v.sum_peaks_bytes, v.capacity_bytes, v.ratio)

@@ -1,8 +1,9 @@
-"""The exposition on plain values (docs/metrics.md): rendered by memagent.serve.exposition,
+"""The exposition on plain values (docs/metrics.md): rendered by memagent.metrics.exposition,
 read back with prometheus-client's own parsers of both formats, as a scraper reads it."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import pytest
@@ -11,12 +12,12 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from memagent.config import split_listen
 from memagent.core.histogram import Histogram
-from memagent.serve.exposition import render_text
-from memagent.serve.metrics_http import parse_head, wants_openmetrics
-from memagent.serve.metrics_snapshot import (
+from memagent.metrics.exposition import render_text
+from memagent.metrics.http import parse_head, wants_openmetrics
+from memagent.metrics.snapshot import (
     HeadroomFigures,
+    MetricsSnapshot,
     ProcessFigures,
-    Snapshot,
     TickFigures,
     by_label,
     shown,
@@ -27,14 +28,15 @@ GPU = "GPU-5e1d2c3b-aaaa-bbbb-cccc-0123456789ab"
 CGROUP = "cgroup:/system.slice/docker-3f1c5e2a9b7d4c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5a6.scope"
 
 
-def snapshot(**changes: object) -> Snapshot:
+def snapshot(**changes: object) -> MetricsSnapshot:
     h = Histogram()
     for d in (0.0004, 0.003, 0.003, 0.2, 7.0):
         h.observe(d)
-    base = Snapshot(
+    base = MetricsSnapshot(
         per_label=False,
         processes=(
-            ProcessFigures(101, "python3", "trainer", 300 * MiB, 500 * MiB, 2048 * MiB, 4096 * MiB, 1234.5, True),
+            ProcessFigures(101, "python3", "trainer", 300 * MiB, 500 * MiB, 2048 * MiB, 4096 * MiB, 1234.5, True,
+                           6 * 3600.0),
             ProcessFigures(102, "python3", "trainer", 100 * MiB, 120 * MiB, None, None, 0.0, False),
             ProcessFigures(103, "nginx", "", 10 * MiB, 11 * MiB, 0, 0, 0.0, True),
         ),
@@ -71,6 +73,8 @@ def test_every_metric_reads_back_as_given(openmetrics: bool) -> None:
     assert got[key("memagent_process_vram_peak_bytes", **p101)] == 4096 * MiB
     assert got[key("memagent_process_growth_bytes_per_second", **p101)] == 1234.5
     assert got[key("memagent_process_peak_exact", **p101)] == 1
+    assert got[key("memagent_process_leak_eta_seconds", **p101)] == 6 * 3600.0
+    assert got[key("memagent_process_leak_eta_seconds", pid="102", name="python3", label="trainer")] == math.inf
     assert got[key("memagent_process_peak_exact", pid="102", name="python3", label="trainer")] == 0
     # Unknown VRAM: no sample (not 0, which would claim the process holds none).
     assert key("memagent_process_vram_bytes", pid="102", name="python3", label="trainer") not in got
@@ -99,6 +103,17 @@ def test_every_metric_reads_back_as_given(openmetrics: bool) -> None:
     assert got[key(bucket, le="+Inf")] == 5
     assert got[key("memagent_tick_duration_seconds_count")] == 5
     assert got[key("memagent_tick_duration_seconds_sum")] == pytest.approx(7.2064)
+
+
+def test_a_labels_leak_eta_is_its_soonest_processes() -> None:
+    """Per label, figures are summed, but the time until the headroom is gone is the
+    soonest one (a sum of ETAs means nothing); a label with none growing shows +Inf."""
+    s = snapshot(per_label=True, processes=by_label(snapshot().processes))
+    text = render_text(s)
+    got = samples(text)
+    assert got[key("memagent_process_leak_eta_seconds", label="trainer")] == 6 * 3600.0
+    assert got[key("memagent_process_leak_eta_seconds", label="")] == math.inf
+    assert "The soonest of the label's processes." in text
 
 
 def test_openmetrics_types_and_end() -> None:

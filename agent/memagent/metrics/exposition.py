@@ -1,4 +1,4 @@
-"""A :class:`~memagent.serve.metrics_snapshot.Snapshot` in the Prometheus text format
+"""A :class:`~memagent.metrics.snapshot.MetricsSnapshot` in the Prometheus text format
 (0.0.4) or in OpenMetrics 1.0.0, one metric family at a time (docs/metrics.md).
 
 Written here rather than with prometheus-client: at 1000 watched processes its
@@ -19,8 +19,9 @@ import re
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 
-from .metrics_snapshot import ProcessFigures, Snapshot
+from .snapshot import MetricsSnapshot, ProcessFigures
 
+LEAK_ETA = "memagent_process_leak_eta_seconds"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -37,7 +38,11 @@ PROCESS_FAMILIES: tuple[tuple[str, str, Callable[[ProcessFigures], float | int |
                                                  "it (0: not growing).", lambda r: r.growth),
     ("memagent_process_peak_exact", "1 when the RSS peak includes the kernel's high-water mark, else 0.",
      lambda r: int(r.peak_exact)),
+    (LEAK_ETA, "Seconds until the headroom the process is in (the host's, or its limited cgroup's) is gone at "
+               "its growth pace, as the leak check computes it (+Inf: not growing).", lambda r: r.leak_eta),
 )
+#: How a label's figure is made of its processes' (``per_process = "label"``).
+PER_LABEL = {LEAK_ETA: " The soonest of the label's processes."}
 
 
 def escape(value: str) -> str:
@@ -79,15 +84,15 @@ def process_labels(pid: int, name: str, label: str) -> str:
     return _labels(label=label) if pid == 0 else _labels(pid=str(pid), name=name, label=label)
 
 
-def _process_families(s: Snapshot) -> Iterator[str]:
+def _process_families(s: MetricsSnapshot) -> Iterator[str]:
     rows = s.processes
     keys = [process_labels(r.pid, r.name, r.label) for r in rows]
     for name, help_text, figure in PROCESS_FAMILIES:
         samples = [(k, v) for k, v in zip(keys, map(figure, rows), strict=True) if v is not None]
-        yield _gauge(name, help_text + (" Summed per label." if s.per_label else ""), samples)
+        yield _gauge(name, help_text + (PER_LABEL.get(name, " Summed per label.") if s.per_label else ""), samples)
 
 
-def _host_families(s: Snapshot, openmetrics: bool) -> Iterator[str]:
+def _host_families(s: MetricsSnapshot, openmetrics: bool) -> Iterator[str]:
     h = s.headroom
     yield (_gauge("memagent_headroom_sum_peaks_bytes", "Σ of the watched processes' peaks (host: share-adjusted).",
                   [(_labels(resource=x.resource), x.sum_peaks) for x in h])
@@ -127,14 +132,14 @@ def _host_families(s: Snapshot, openmetrics: bool) -> Iterator[str]:
         yield _gauge("memagent_build_info", "The daemon's version and protocol (always 1).", [(build, 1)])
 
 
-def render(s: Snapshot, openmetrics: bool = False) -> Iterator[str]:
+def render(s: MetricsSnapshot, openmetrics: bool = False) -> Iterator[str]:
     """The exposition, one chunk per family or group of small families, so that a caller
-    on the event loop can give way between chunks (:mod:`memagent.serve.metrics_http`)."""
+    on the event loop can give way between chunks (:mod:`memagent.metrics.http`)."""
     yield from _process_families(s)
     yield from _host_families(s, openmetrics)
     if openmetrics:
         yield "# EOF\n"
 
 
-def render_text(s: Snapshot, openmetrics: bool = False) -> str:
+def render_text(s: MetricsSnapshot, openmetrics: bool = False) -> str:
     return "".join(render(s, openmetrics))

@@ -1,4 +1,4 @@
-"""The flight recorder's parts without a daemon process (memagent.serve.recorder): a real
+"""The flight recorder's parts without a daemon process (memagent.store.recorder): a real
 :class:`Agent` over the fixture /proc tree with a real state directory in tmp_path, its
 recorder driven by hand (its ticks, its flushes), so that what a segment opens with, the
 bound on frames waiting for the disk and rotation can be checked exactly and fast. The
@@ -19,8 +19,8 @@ from proctree import TRAINER, MiB, ProcTree
 from memagent.agent import Agent
 from memagent.cli.timeline import build_timeline
 from memagent.config import AgentConfig, ConfigError, RecordConfig, StackConfig, agent_config, validate
-from memagent.serve import recorder as recorder_module
-from memagent.serve.recorder import OFF, ON, FlightRecorder
+from memagent.store import recorder as recorder_module
+from memagent.store.recorder import OFF, ON, FlightRecorder
 from memproto.frames import AlertRaised, Attached, Sample
 from memproto.recording import HeadroomSnapshot, PeakStack, SegmentReader, open_recording
 from memproto.records import Alert, StackDump
@@ -68,7 +68,7 @@ def test_a_segment_opens_with_a_keyframe(agent: Agent, tmp_path: Path) -> None:
         rec = agent.recorder
         await rec.start()
         assert rec.state == ON
-        rows, _ = agent.sampler.rows()
+        rows, _ = agent.registry.rows()
         rec.sample(1, 1001.0, rows)
         rec.stop()
         await rec.run()

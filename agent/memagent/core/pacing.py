@@ -15,7 +15,7 @@ import asyncio
 import time
 from typing import Final
 
-from ..core.sampler import Ticker
+from .sampler import Ticker
 
 #: Longest run of request work between two yields, in seconds.
 SLICE: Final = 0.005

@@ -5,7 +5,7 @@ Off the tick. The tick only queues frames in memory (:meth:`FlightRecorder.sampl
 event methods: a ``SegmentWriter.add*``, microseconds); once a second :meth:`flush` takes
 what is queued and hands it to the recorder's one I/O thread, which compresses it into a
 ``batch`` frame and appends it with one ``write``. The thread runs the recorder's file
-operations one at a time in the order given (:mod:`memagent.serve.record_files`), so a
+operations one at a time in the order given (:mod:`memagent.store.record_files`), so a
 write, a rotation and the close at shutdown never interleave, whatever the event loop does.
 
 Bounded. A segment ends at ``[record] segment_bytes`` (derived from ``max_bytes``) or after
@@ -42,11 +42,12 @@ from .. import SOFTWARE
 from ..alerting.engine import AlertEngine
 from ..alerting.headroom import host_memory
 from ..config import MiB, RecordConfig, copy_live
-from ..core.registry import Events, Registry
+from ..core.registry import Registry
 from ..core.stack_collector import StackCollector
 from ..core.watched import Watched
+from ..errors import RecordDirRefused
 from ..proc.procfs import ProcFS
-from .record_files import RecordDirRefused, RecordFiles
+from .record_files import RecordFiles
 from .state import StateDir
 
 log = logging.getLogger(__name__)
@@ -64,25 +65,6 @@ MAX_PENDING = 16 * MiB
 LEVEL = 6
 
 T = TypeVar("T")
-
-
-class EventTee:
-    """The registry's events, to each sink in turn (the server, then the recorder)."""
-
-    def __init__(self, *sinks: Events) -> None:
-        self.sinks = sinks
-
-    def attached(self, w: Watched) -> None:
-        for sink in self.sinks:
-            sink.attached(w)
-
-    def exited(self, w: Watched) -> None:
-        for sink in self.sinks:
-            sink.exited(w)
-
-    def detached(self, w: Watched) -> None:
-        for sink in self.sinks:
-            sink.detached(w)
 
 
 def _marks(views: list[Headroom]) -> list[tuple[str, int, int]]:
