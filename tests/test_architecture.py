@@ -30,7 +30,7 @@ ALLOWED = {
     ("serve/record_files.py", "os.open"): "the flight recorder's directory and segments, in the state directory",
     ("serve/record_files.py", "os.scandir"): "the flight recorder's segments (sizes, sequence numbers)",
     ("cli/record_cmd.py", "os.open"): "the file memagent record -o writes (O_EXCL: never over an existing one)",
-    ("cli/run_report.py", "os.open"): "the files memagent run --report/--junit write, $GITHUB_STEP_SUMMARY",
+    ("gate/outputs.py", "os.open"): "the files memagent run --report/--junit write, $GITHUB_STEP_SUMMARY",
     ("cli/admit_cmd.py", "open"): "the run report memagent admit --report reads",
     ("serve/metrics_textfile.py", "os.open"): "the metrics textfile for node_exporter ([metrics] textfile) and its "
                                               "directory (synced after the rename)",

@@ -17,12 +17,12 @@ from typing import Any, TypeGuard
 
 from memproto.text import printable
 
+from ..client import connect
+from ..gate.fits import HOST, Need, Verdict, best_gpu, gpu_uuid, judge, summary
+from ..gate.run import EXIT_OVER_BUDGET, size_arg
 from .args import Parser, UsageError
-from .client import connect
-from .fits import HOST, Need, Verdict, best_gpu, gpu_uuid, judge, summary
+from .exits import EXIT_FAILED, EXIT_OK, CommandFailed, fail, print_json
 from .render import human_bytes
-from .report import EXIT_FAILED, EXIT_OK, CommandFailed, fail, print_json
-from .run_cmd import EXIT_OVER_BUDGET, size_arg
 
 PROG = "memagent admit"
 #: A run report is a few KiB; anything this big is not one.

@@ -17,7 +17,7 @@ from memproto.text import printable
 from .. import config as config_file
 from ..config import DEFAULT_PATH as DEFAULT_CONFIG
 from ..errors import ConfigError
-from .report import EXIT_NO_DAEMON
+from .exits import EXIT_NO_DAEMON
 
 
 def _setting(key: str, one: bool = False) -> Callable[[str], object]:

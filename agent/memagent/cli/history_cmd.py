@@ -28,12 +28,12 @@ from memproto.records import Failure, ProcessInfo, Series
 from memproto.text import printable
 from memproto.vocabulary import ErrorCode
 
+from ..client import Client, connect
+from ..recordings.source import RecordingUnavailable, add_source_arguments, load_timeline, window
+from ..recordings.timeline import Timeline, Track, iso
 from .args import Parser, UsageError, pid_arg
-from .client import Client, connect
-from .recorded import RecordingUnavailable, add_source_arguments, load_timeline, window
+from .exits import EXIT_FAILED, EXIT_OK, error_json, print_json
 from .render import human_bytes
-from .report import EXIT_FAILED, EXIT_OK, error_json, print_json
-from .timeline import Timeline, Track, iso
 
 PROG = "memagent history"
 RAM, RECORDING = "ram", "recording"

@@ -32,10 +32,10 @@ from memproto.recording import FORMAT_VERSION, HeadroomSnapshot, PeakStack, Segm
 from memproto.records import DaemonStatus, ProcessInfo
 from memproto.vocabulary import StackState
 
+from ..client import Client, connect
 from .args import Parser, pid_arg, seconds_arg
-from .client import Client, connect
+from .exits import CANNOT_WRITE, EXIT_USAGE, CommandFailed, finish
 from .render import human_bytes
-from .report import CANNOT_WRITE, EXIT_USAGE, CommandFailed, finish
 
 PROG = "memagent record"
 #: Seconds between two batches written, and between two headroom snapshots.

@@ -19,11 +19,11 @@ from memproto.records import Alert, StackDump, ThreadStack
 from memproto.text import printable
 from memproto.vocabulary import AlertKind
 
+from ..recordings.source import add_source_arguments, load_timeline, source_paths, window
+from ..recordings.timeline import Timeline, Track
 from .args import Parser, pid_arg
-from .recorded import add_source_arguments, load_timeline, source_paths, window
+from .exits import EXIT_FAILED, EXIT_OK, error_json, print_json
 from .render import frame_text, human_bytes
-from .report import EXIT_FAILED, EXIT_OK, error_json, print_json
-from .timeline import Timeline, Track
 
 PROG = "memagent report"
 DEFAULT_TOP = 10

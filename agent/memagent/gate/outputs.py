@@ -16,10 +16,10 @@ from xml.sax.saxutils import escape, quoteattr
 from memproto.records import GrowthSite, ProcessInfo, StackDump
 from memproto.text import printable
 
+from ..cli.exits import CANNOT_WRITE, CommandFailed
+from ..cli.render import frame_text, human_bytes
 from .fits import Verdict
 from .fits import summary as fits_summary
-from .render import frame_text, human_bytes
-from .report import CANNOT_WRITE, CommandFailed
 
 #: Frames of the stack at the peak kept per process in the report.
 STACK_DEPTH = 20

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from memproto.text import printable
 
 from .args import UsageError
-from .report import EXIT_FAILED, EXIT_OK
+from .exits import EXIT_FAILED, EXIT_OK
 
 PROG = "memagent install-service"
 SHELLS = ("bash", "zsh")
@@ -42,7 +42,7 @@ def cmd_install_service(args: argparse.Namespace) -> int:
     if os.geteuid() != 0 and not args.dry_run:
         print(f"{PROG}: must be run as root (see what it would do with --dry-run)", file=sys.stderr)
         return EXIT_FAILED
-    from .installer import Installer, InstallFailed, install, uninstall
+    from ..install.installer import Installer, InstallFailed, install, uninstall
 
     box = Installer(args.root, args.dry_run, sys.stdout)
     try:
@@ -58,8 +58,8 @@ def cmd_install_service(args: argparse.Namespace) -> int:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
+    from ..install.shellfiles import CompletionUnavailable, completion
     from .main import build_parser  # main imports this module
-    from .shellfiles import CompletionUnavailable, completion
 
     try:
         script = completion(build_parser(), args.shell)

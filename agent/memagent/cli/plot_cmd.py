@@ -18,11 +18,11 @@ from types import ModuleType
 
 from memproto.units import format_size
 
+from ..recordings.plot_data import plot_data, title
+from ..recordings.source import RecordingUnavailable, add_source_arguments, load_timeline
+from ..recordings.timeline import iso
 from .args import Parser, UsageError, pid_arg
-from .plot_data import plot_data, title
-from .recorded import RecordingUnavailable, add_source_arguments, load_timeline
-from .report import CANNOT_WRITE, EXIT_USAGE, NO_RECORDING, CommandFailed, finish
-from .timeline import iso
+from .exits import CANNOT_WRITE, EXIT_USAGE, NO_RECORDING, CommandFailed, finish
 
 PROG = "memagent plot"
 FORMATS = ("png", "svg", "html")
@@ -112,7 +112,7 @@ def write_whole(path: str, content: bytes) -> None:
 
 def _matplotlib_renderer() -> ModuleType:
     try:
-        from . import plot_mpl
+        from ..recordings import plot_mpl
     except ImportError as exc:
         if (exc.name or "").partition(".")[0] == "matplotlib":
             raise PlotFailed(MISSING_EXTRA, MISSING_MATPLOTLIB.removeprefix(f"{PROG}: "), EXIT_USAGE) from None
@@ -146,7 +146,7 @@ def make_plot(args: argparse.Namespace) -> tuple[dict[str, object], str]:
     if render is not None:
         content = render(data, fmt, args.size)
     else:
-        from .plot_html import render as render_html
+        from ..recordings.plot_html import render as render_html
 
         content = render_html(data, title(data))
     write_whole(args.output, content)

@@ -29,15 +29,15 @@ from memproto.records import DaemonStatus, GrowthSite, StackDump
 from memproto.text import printable
 from memproto.vocabulary import Resource
 
+from ..cli.args import Parser, UsageError, seconds_arg
+from ..cli.exits import EXIT_FAILED, EXIT_NO_DAEMON, CommandFailed
+from ..cli.record_cmd import Recording, check_output, create
+from ..cli.render import human_bytes
+from ..client import Client, connect
 from ..config_schema import parse_size
 from ..errors import ConfigError, MemagentError
-from .args import Parser, UsageError, seconds_arg
-from .client import Client, connect
 from .fits import HOST, Need, Verdict, judge
-from .record_cmd import Recording, check_output, create
-from .render import human_bytes
-from .report import EXIT_FAILED, EXIT_NO_DAEMON, CommandFailed
-from .run_report import (
+from .outputs import (
     Budget,
     Outcome,
     ProcessPeak,

@@ -18,7 +18,7 @@ from typing import Any
 from memproto.records import Contributor, DaemonStatus, Headroom
 from memproto.text import printable
 
-from .render import human_bytes
+from ..cli.render import human_bytes
 
 HOST = "host"
 

@@ -15,9 +15,9 @@ from memproto.client_side import ClientError
 from memproto.paths import user_socket
 from memproto.recording import RecordingError, open_recording
 
+from ..cli.args import UsageError
+from ..client import connect
 from ..config import default_state_dir
-from .args import UsageError
-from .client import connect
 from .timeline import Timeline, build_timeline, parse_when
 
 #: The recorder's directory inside the state directory (memagent.serve.recorder).

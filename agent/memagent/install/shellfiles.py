@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Iterator, Sequence
 
 from .. import __version__
-from .report import EXIT_CRITICAL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_DAEMON, EXIT_OK, EXIT_WARNING
+from ..cli.exits import EXIT_CRITICAL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_DAEMON, EXIT_OK, EXIT_WARNING
 
 #: Argument names (metavars) whose values are files or directories: completed as such.
 FILE_METAVARS = frozenset({"FILE", "PATH"})

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, TextIO
 
 from memproto.text import printable
 
+from ..cli.install_cmd import SHELLS
+from ..cli.main import build_parser
 from ..config import DEFAULT_PATH as CONFIG_PATH
-from .install_service import SHELLS
-from .main import build_parser
 from .shellfiles import CompletionUnavailable, completion, man_page
 
 if TYPE_CHECKING:
