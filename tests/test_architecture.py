@@ -29,7 +29,7 @@ ALLOWED = {
     ("serve/state.py", "os.lstat"): "the state directory's check (not a symbolic link) before it is opened",
     ("serve/record_files.py", "os.open"): "the flight recorder's directory and segments, in the state directory",
     ("serve/record_files.py", "os.scandir"): "the flight recorder's segments (sizes, sequence numbers)",
-    ("cli/record_cmd.py", "os.open"): "the file memagent record -o writes (O_EXCL: never over an existing one)",
+    ("recordings/writer.py", "os.open"): "the file memagent record -o writes (O_EXCL: never over an existing one)",
     ("gate/outputs.py", "os.open"): "the files memagent run --report/--junit write, $GITHUB_STEP_SUMMARY",
     ("cli/admit_cmd.py", "open"): "the run report memagent admit --report reads",
     ("serve/metrics_textfile.py", "os.open"): "the metrics textfile for node_exporter ([metrics] textfile) and its "

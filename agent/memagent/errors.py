@@ -105,3 +105,21 @@ class DaemonAlreadyRunning(SocketPathError):
     def __init__(self, path: str) -> None:
         self.path = path
         super().__init__(f"a memagent daemon is already listening on {path}")
+
+
+# --------------------------------------------------------------------------- commands
+
+#: The ``--json`` error code of an output file that cannot be written (``record``,
+#: ``plot``, ``run --report``): the client's own, with hyphens (docs/cli.md).
+CANNOT_WRITE = "cannot-write"
+
+
+class CommandFailed(MemagentError):
+    """A command that cannot do its work (an output that cannot be written, a recording
+    that cannot go on): one line for stderr, ``code`` for ``--json``, an exit ``status``.
+    The rooms (:mod:`memagent.recordings`, :mod:`memagent.gate`) raise it, so it lives
+    here rather than with the command line; :func:`memagent.cli.exits.finish` reports it."""
+
+    def __init__(self, code: str, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.code, self.status = code, status

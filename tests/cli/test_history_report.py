@@ -18,7 +18,7 @@ import pytest
 
 from memagent.cli.args import UsageError
 from memagent.cli.main import main
-from memagent.recordings.source import window
+from memagent.cli.recording_args import window
 from memagent.recordings.timeline import parse_when
 from memproto.frames import AlertRaised, Attached, Exited, Frame
 from memproto.recording import FORMAT_VERSION, HeadroomSnapshot, PeakStack, SegmentHeader, SegmentWriter

@@ -29,11 +29,12 @@ from memproto.text import printable
 from memproto.vocabulary import ErrorCode
 
 from ..client import Client, connect
-from ..recordings.source import RecordingUnavailable, add_source_arguments, load_timeline, window
+from ..prose import human_bytes
+from ..recordings.source import RecordingUnavailable
 from ..recordings.timeline import Timeline, Track, iso
 from .args import Parser, UsageError, pid_arg
 from .exits import EXIT_FAILED, EXIT_OK, error_json, print_json
-from .render import human_bytes
+from .recording_args import add_source_arguments, load_timeline, window
 
 PROG = "memagent history"
 RAM, RECORDING = "ram", "recording"

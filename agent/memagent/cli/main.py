@@ -24,8 +24,6 @@ from memproto.paths import socket_path
 from .. import __version__
 from .. import config as config_file
 from ..errors import ConfigError
-from ..gate.run import COMMANDS as RUN_COMMANDS
-from ..gate.run import add_parser as add_run_parser
 from ..recordings.source import RecordingUnavailable
 from .admit_cmd import COMMANDS as ADMIT_COMMANDS
 from .admit_cmd import add_parser as add_admit_parser
@@ -55,6 +53,8 @@ from .exits import (
     USAGE,
     fail,
 )
+from .gate_cmd import COMMANDS as RUN_COMMANDS
+from .gate_cmd import add_parser as add_run_parser
 from .history_cmd import COMMANDS as HISTORY_COMMANDS
 from .history_cmd import add_parser as add_history_parser
 from .install_cmd import COMMANDS as INSTALL_COMMANDS
@@ -121,9 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_record_parser(sub, client)  # record (cli/record_cmd.py)
     add_report_parser(sub, client)  # report (cli/report_cmd.py)
     add_plot_parser(sub, client)  # plot (cli/plot.py)
-    add_run_parser(sub, [common])  # run (cli/run_cmd.py)
+    add_run_parser(sub, [common])  # run (cli/gate_cmd.py)
     add_admit_parser(sub, client)  # admit (cli/admit_cmd.py)
-    add_install_parsers(sub)  # install-service, completion
+    add_install_parsers(sub, build_parser)  # install-service, completion (cli/install_cmd.py)
     return parser
 
 

@@ -19,10 +19,11 @@ from types import ModuleType
 from memproto.units import format_size
 
 from ..recordings.plot_data import plot_data, title
-from ..recordings.source import RecordingUnavailable, add_source_arguments, load_timeline
+from ..recordings.source import RecordingUnavailable
 from ..recordings.timeline import iso
 from .args import Parser, UsageError, pid_arg
 from .exits import CANNOT_WRITE, EXIT_USAGE, NO_RECORDING, CommandFailed, finish
+from .recording_args import add_source_arguments, load_timeline
 
 PROG = "memagent plot"
 FORMATS = ("png", "svg", "html")
@@ -44,7 +45,7 @@ class PlotFailed(CommandFailed):
     """The plot cannot be made."""
 
 
-def size_arg(text: str) -> tuple[int, int]:
+def pixels_arg(text: str) -> tuple[int, int]:
     """``WIDTHxHEIGHT`` in pixels, each 200 to 10000."""
     w, sep, h = text.lower().partition("x")
     try:
@@ -68,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser], parents: Sequence[Parser
                    help="only this process (repeatable)")
     p.add_argument("--label", action="append", default=[], metavar="LABEL",
                    help="only the processes with this label (repeatable)")
-    p.add_argument("--size", type=size_arg, default=DEFAULT_SIZE, metavar="WxH",
+    p.add_argument("--size", type=pixels_arg, default=DEFAULT_SIZE, metavar="WxH",
                    help=f"PNG/SVG size in pixels ({DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]})")
 
 

@@ -1,62 +1,29 @@
 """Where ``memagent history``, ``report`` and ``plot`` read a recording from, in one place:
 the ``FILE|DIR`` given, else the running daemon's flight recorder (``status.recording_dir``),
 else the default one of this user (root: ``/var/lib/memagent/record``). Errors are one
-line (:class:`RecordingUnavailable`), the damage a reader skipped goes to stderr."""
+line (:class:`RecordingUnavailable`); the damage a reader skipped is kept for the command
+to print. The flags that name them: :mod:`memagent.cli.recording_args`."""
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
-import time
 from collections.abc import Iterable
 
 from memproto.client_side import ClientError
 from memproto.paths import user_socket
 from memproto.recording import RecordingError, open_recording
 
-from ..cli.args import UsageError
 from ..client import connect
 from ..config import default_state_dir
-from .timeline import Timeline, build_timeline, parse_when
+from ..errors import MemagentError
+from .timeline import Timeline, build_timeline
 
 #: The recorder's directory inside the state directory (memagent.serve.recorder).
 RECORD_SUBDIR = "record"
-#: The last second of the year 9999 UTC: the latest time ``--since``/``--until`` may name.
-LATEST = 253_402_300_799.0
 
 
-class RecordingUnavailable(Exception):
+class RecordingUnavailable(MemagentError):
     """No recording to read: the message says where it looked and what to do."""
-
-
-def add_source_arguments(parser: argparse.ArgumentParser, *, positional: bool = True) -> None:
-    """``[FILE|DIR] [--since WHEN] [--until WHEN] [--pid PID …] [--label L …]``."""
-    if positional:
-        parser.add_argument("source", nargs="?", metavar="FILE|DIR",
-                            help="a recording (memagent record -o), or a recorder's directory (default: the "
-                                 "daemon's flight recorder)")
-    parser.add_argument("--since", metavar="WHEN", help="from this time: 2h, 30m, 2026-11-30T14:00, @UNIX")
-    parser.add_argument("--until", metavar="WHEN", help="up to this time (same forms)")
-
-
-def window(args: argparse.Namespace, prog: str, now: float | None = None) -> tuple[float | None, float | None]:
-    """``--since`` and ``--until`` as Unix seconds (a usage error, one line, if unreadable)."""
-    now = time.time() if now is None else now
-    out: list[float | None] = []
-    for flag in ("since", "until"):
-        text = getattr(args, flag, None)
-        try:
-            out.append(None if text is None else parse_when(text, now))
-        except ValueError as exc:
-            raise UsageError(prog, f"--{flag}: {exc}") from None
-        t = out[-1]
-        if t is not None and not 0 <= t <= LATEST:  # else iso() of it fails (OverflowError), far past any recording
-            raise UsageError(prog, f"--{flag}: {text!r} is before 1970 or after the year 9999")
-    since, until = out
-    if since is not None and until is not None and until < since:
-        raise UsageError(prog, "--until is before --since")
-    return since, until
 
 
 def recorder_dir(socket: str | None) -> str:
@@ -74,11 +41,12 @@ def recorder_dir(socket: str | None) -> str:
     return os.path.join(state, RECORD_SUBDIR)
 
 
-def source_paths(args: argparse.Namespace) -> list[str]:
-    """The paths to read, each one checked now so the error names it."""
-    path = getattr(args, "source", None) or recorder_dir(getattr(args, "socket", None))
+def source_paths(source: str | None, socket: str | None) -> list[str]:
+    """The paths to read (``source``, else the flight recorder of the daemon at ``socket``,
+    else this user's), each one checked now so the error names it."""
+    path = source or recorder_dir(socket)
     if not os.path.exists(path):
-        raise RecordingUnavailable(f"no recording at {path}" + ("" if getattr(args, "source", None) else
+        raise RecordingUnavailable(f"no recording at {path}" + ("" if source else
                                    " (is the daemon's flight recorder on? memagent status says)"))
     if not os.access(path, os.R_OK | (os.X_OK if os.path.isdir(path) else 0)):
         raise RecordingUnavailable(f"cannot read the recording at {path}: permission denied "
@@ -87,12 +55,10 @@ def source_paths(args: argparse.Namespace) -> list[str]:
     return [path]
 
 
-def load_timeline(args: argparse.Namespace, prog: str, *, pids: Iterable[int] = (),
+def read_timeline(paths: list[str], since: float | None, until: float | None, *, pids: Iterable[int] = (),
                   labels: Iterable[str] = ()) -> Timeline:
-    """The recording named by ``args``, cut to its window and processes. One-line errors:
-    :class:`UsageError` (flags), :class:`RecordingUnavailable` (nothing readable)."""
-    since, until = window(args, prog)
-    paths = source_paths(args)
+    """The recording at ``paths``, cut to its window and processes; the damage a reader
+    skipped is in its ``damage``, one line each. Nothing readable: :class:`RecordingUnavailable`."""
     damage: list[str] = []
     try:
         frames = open_recording(paths, since=since, until=until, on_damage=damage.append)
@@ -102,6 +68,4 @@ def load_timeline(args: argparse.Namespace, prog: str, *, pids: Iterable[int] = 
     except OSError as exc:
         raise RecordingUnavailable(f"cannot read {exc.filename or paths[0]}: {exc.strerror or exc}") from None
     timeline.damage = damage
-    for line in damage:
-        print(f"{prog}: {line}", file=sys.stderr)
     return timeline
