@@ -231,7 +231,7 @@ def write_text(path: str, text: str, append: bool = False) -> None:
 
 def check_writable(path: str) -> None:
     """Refuse, before CMD runs, a ``--report``/``--junit`` path that could not be written at
-    the end (:class:`~.report.CommandFailed`, exit 1); a file created to find out is removed again."""
+    the end (:class:`~memagent.errors.CommandFailed`, exit 1); a file created to find out is removed again."""
     existed = os.path.lexists(path)
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666))
