@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from memproto.units import format_size
 
 from ..recordings.plot_data import plot_data, title
+from ..recordings.plot_file import PlotFailed, check_plot_path, write_whole
 from ..recordings.source import RecordingUnavailable
 from ..recordings.timeline import iso
 from .args import Parser, UsageError, pid_arg
-from .exits import CANNOT_WRITE, EXIT_USAGE, NO_RECORDING, CommandFailed, finish
+from .exits import EXIT_USAGE, NO_RECORDING, finish
 from .recording_args import add_source_arguments, load_timeline
 
 PROG = "memagent plot"
@@ -39,10 +39,6 @@ MISSING_EXTRA = "missing-extra"
 EPILOG = ("The format is the suffix of -o: .png and .svg need the plot extra (pip install 'memagent[plot]'); "
           ".html is one self-contained page (no network). Exit 0 written; 1 no recording, nothing in the "
           "window, or the file cannot be written; 2 a usage error or matplotlib missing.")
-
-
-class PlotFailed(CommandFailed):
-    """The plot cannot be made."""
 
 
 def pixels_arg(text: str) -> tuple[int, int]:
@@ -81,36 +77,6 @@ def output_format(path: str) -> str:
     return fmt
 
 
-def check_output(path: str) -> None:
-    """Fail now, before reading a large recording, if ``path`` cannot be written."""
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise PlotFailed(CANNOT_WRITE, f"cannot write {path}: it is a directory")
-    if not os.path.isdir(parent):
-        raise PlotFailed(CANNOT_WRITE, f"cannot write {path}: no directory {parent}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PlotFailed(CANNOT_WRITE, f"cannot write {path}: permission denied")
-
-
-def write_whole(path: str, content: bytes) -> None:
-    """``content`` at ``path`` at once: a reader never sees half a file, a failure leaves none."""
-    parent = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    except OSError as exc:
-        raise PlotFailed(CANNOT_WRITE, f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(content)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it (mkstemp's is 0600)
-        os.replace(tmp, path)
-    except OSError as exc:
-        os.unlink(tmp)
-        raise PlotFailed(CANNOT_WRITE, f"cannot write {path}: {exc.strerror or exc}") from None
-
-
 def _matplotlib_renderer() -> ModuleType:
     try:
         from ..recordings import plot_mpl
@@ -133,7 +99,7 @@ def _nothing(args: argparse.Namespace) -> str:
 def make_plot(args: argparse.Namespace) -> tuple[dict[str, object], str]:
     """Write the plot ``args`` asks for; what was written (the ``--json`` object, a line)."""
     fmt = output_format(args.output)
-    check_output(args.output)
+    check_plot_path(args.output)
     render: Callable[..., bytes] | None = None
     if fmt in ("png", "svg"):
         render = _matplotlib_renderer().render
