@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_history_parser(sub, client)  # history (cli/history_cmd.py)
     add_record_parser(sub, client)  # record (cli/record_cmd.py)
     add_report_parser(sub, client)  # report (cli/report_cmd.py)
-    add_plot_parser(sub, client)  # plot (cli/plot.py)
+    add_plot_parser(sub, client)  # plot (cli/plot_cmd.py)
     add_run_parser(sub, [common])  # run (cli/gate_cmd.py)
     add_admit_parser(sub, client)  # admit (cli/admit_cmd.py)
     add_install_parsers(sub, build_parser)  # install-service, completion (cli/install_cmd.py)
