@@ -123,3 +123,9 @@ class CommandFailed(MemagentError):
     def __init__(self, code: str, message: str, status: int = 1) -> None:
         super().__init__(message)
         self.code, self.status = code, status
+
+
+class RecordingUnavailable(MemagentError):
+    """No recording to read (``history``, ``report``, ``plot``): the message says where it
+    looked and what to do. Here, not in :mod:`memagent.recordings.source` which raises it,
+    so that ``main`` can report it without importing the recording reader for every command."""

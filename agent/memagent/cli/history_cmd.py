@@ -25,9 +25,9 @@ from memproto.client_side import CannotConnect, DaemonNotRunning
 from memproto.text import printable
 
 from ..client import connect
+from ..errors import RecordingUnavailable
 from ..prose import human_bytes
 from ..recordings.history import RAM, RECORDING, ProcessHistory, Result, from_ram, keep_shown, of_track
-from ..recordings.source import RecordingUnavailable
 from ..recordings.timeline import iso
 from .args import Parser, UsageError, pid_arg
 from .exits import EXIT_FAILED, EXIT_OK, error_json, print_json

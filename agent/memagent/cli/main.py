@@ -23,8 +23,7 @@ from memproto.paths import socket_path
 
 from .. import __version__
 from .. import config as config_file
-from ..errors import ConfigError
-from ..recordings.source import RecordingUnavailable
+from ..errors import ConfigError, RecordingUnavailable
 from .admit_cmd import COMMANDS as ADMIT_COMMANDS
 from .admit_cmd import add_parser as add_admit_parser
 from .args import (

@@ -17,10 +17,7 @@ from types import ModuleType
 
 from memproto.units import format_size
 
-from ..recordings.plot_data import plot_data, title
-from ..recordings.plot_file import PlotFailed, check_plot_path, write_whole
-from ..recordings.source import RecordingUnavailable
-from ..recordings.timeline import iso
+from ..errors import RecordingUnavailable
 from .args import Parser, UsageError, pid_arg
 from .exits import EXIT_USAGE, NO_RECORDING, finish
 from .recording_args import add_source_arguments, load_timeline
@@ -78,6 +75,8 @@ def output_format(path: str) -> str:
 
 
 def _matplotlib_renderer() -> ModuleType:
+    from ..recordings.plot_file import PlotFailed
+
     try:
         from ..recordings import plot_mpl
     except ImportError as exc:
@@ -98,6 +97,13 @@ def _nothing(args: argparse.Namespace) -> str:
 
 def make_plot(args: argparse.Namespace) -> tuple[dict[str, object], str]:
     """Write the plot ``args`` asks for; what was written (the ``--json`` object, a line)."""
+    from ..recordings.plot_data import (  # the reader: imported when the command runs, not when the parser is built
+        plot_data,
+        title,
+    )
+    from ..recordings.plot_file import PlotFailed, check_plot_path, write_whole
+    from ..recordings.timeline import iso
+
     fmt = output_format(args.output)
     check_plot_path(args.output)
     render: Callable[..., bytes] | None = None

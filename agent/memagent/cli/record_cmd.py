@@ -22,7 +22,6 @@ from memproto.client_side import ConnectionLost, DaemonTimeout
 
 from ..client import connect
 from ..prose import human_bytes
-from ..recordings.writer import REQUEST_TIMEOUT, RecordFailed, RecordingWriter, check_output, create, record_until
 from .args import Parser, pid_arg, seconds_arg
 from .exits import finish
 
@@ -66,6 +65,15 @@ class Stopper:
 
 
 def record(args: argparse.Namespace) -> tuple[dict[str, object], str]:
+    from ..recordings.writer import (  # the writer: imported when the command runs, not for the parser
+        REQUEST_TIMEOUT,
+        RecordFailed,
+        RecordingWriter,
+        check_output,
+        create,
+        record_until,
+    )
+
     check_output(args.output, args.force)
     started = time.monotonic()
     with connect(args.socket, timeout=REQUEST_TIMEOUT) as client:

@@ -8,10 +8,12 @@ import argparse
 import sys
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from ..recordings.source import read_timeline, source_paths
-from ..recordings.timeline import Timeline, parse_when
 from .args import UsageError
+
+if TYPE_CHECKING:  # the reader is imported when a command reads, not when the parser is built
+    from ..recordings.timeline import Timeline
 
 #: The last second of the year 9999 UTC: the latest time ``--since``/``--until`` may name.
 LATEST = 253_402_300_799.0
@@ -29,6 +31,8 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, positional: bool = 
 
 def window(args: argparse.Namespace, prog: str, now: float | None = None) -> tuple[float | None, float | None]:
     """``--since`` and ``--until`` as Unix seconds (a usage error, one line, if unreadable)."""
+    from ..recordings.timeline import parse_when
+
     now = time.time() if now is None else now
     out: list[float | None] = []
     for flag in ("since", "until"):
@@ -51,6 +55,8 @@ def load_timeline(args: argparse.Namespace, prog: str, *, pids: Iterable[int] = 
     """The recording named by ``args``, cut to its window and processes, the damage skipped
     on stderr. One-line errors: :class:`UsageError` (flags),
     :class:`~memagent.recordings.source.RecordingUnavailable` (nothing readable)."""
+    from ..recordings.source import read_timeline, source_paths
+
     since, until = window(args, prog)
     timeline = read_timeline(source_paths(getattr(args, "source", None), getattr(args, "socket", None)),
                              since, until, pids=pids, labels=labels)

@@ -18,8 +18,6 @@ from typing import Any
 from memproto.text import printable
 
 from ..prose import frame_text, human_bytes
-from ..recordings.analysis import report_json
-from ..recordings.source import source_paths
 from .args import Parser, pid_arg
 from .exits import EXIT_FAILED, EXIT_OK, error_json, print_json
 from .recording_args import add_source_arguments, load_timeline, window
@@ -122,6 +120,11 @@ def text_lines(r: dict[str, Any]) -> list[str]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ..recordings.analysis import (
+        report_json,  # the reader: imported when the command runs, not when the parser is built
+    )
+    from ..recordings.source import source_paths
+
     window(args, PROG)  # a bad --since is a usage error before anything is read
     # RecordingUnavailable: one line (main), before the window is read
     paths = source_paths(getattr(args, "source", None), getattr(args, "socket", None))

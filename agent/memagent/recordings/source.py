@@ -15,15 +15,11 @@ from memproto.recording import RecordingError, open_recording
 
 from ..client import connect
 from ..config import default_state_dir
-from ..errors import MemagentError
+from ..errors import RecordingUnavailable as RecordingUnavailable
 from .timeline import Timeline, build_timeline
 
 #: The recorder's directory inside the state directory (memagent.serve.recorder).
 RECORD_SUBDIR = "record"
-
-
-class RecordingUnavailable(MemagentError):
-    """No recording to read: the message says where it looked and what to do."""
 
 
 def recorder_dir(socket: str | None) -> str:
