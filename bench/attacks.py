@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 
 from fleet import Fleet, proc_status_kb, stop_daemon  # noqa: E402
 
-from memagent.cli.client import Client  # noqa: E402
+from memagent.client import Client  # noqa: E402
 from memproto import encode, frame_bytes  # noqa: E402
 from memproto.client_side import ClientError, client_hello  # noqa: E402
 

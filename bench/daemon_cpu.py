@@ -31,7 +31,7 @@ import psutil  # noqa: E402
 from fleet import Fleet, die_with_parent, proc_cpu, stop_daemon, wait_listening  # noqa: E402
 
 from memagent.agent import raise_fd_limit  # noqa: E402
-from memagent.cli.client import Client  # noqa: E402
+from memagent.client import Client  # noqa: E402
 from memproto.frames import Sample  # noqa: E402
 
 

@@ -151,7 +151,7 @@ def _readline(proc: subprocess.Popen[bytes], timeout: float) -> str:
 
 def measure_one(pids: list[int], tmpdir: str, label: str, history: float, fill: bool,
                 interval: float = 0.5, frames: int = 3) -> RssResult:
-    from memagent.cli.client import Client
+    from memagent.client import Client
     from memproto.frames import Sample
 
     res = RssResult(label, history, fill)

@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT / "agent"), str(ROOT / "protocol"), str(ROOT / "tests")]
 
-from memagent.cli.client import Client  # noqa: E402
+from memagent.client import Client  # noqa: E402
 from memproto.frames import AlertRaised  # noqa: E402
 
 

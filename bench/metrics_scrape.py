@@ -73,7 +73,7 @@ class Daemon:
                                      preexec_fn=in_group())
 
     def attach(self, pids: list[int]) -> None:
-        from memagent.cli.client import Client
+        from memagent.client import Client
         from memproto.client_side import DaemonNotRunning
 
         deadline = time.monotonic() + 30
@@ -98,7 +98,7 @@ class Daemon:
 
 def tick_times(sock: str, seconds: float) -> list[float]:
     """The sample frames' times (each tick's start) over ``seconds``."""
-    from memagent.cli.client import Client
+    from memagent.client import Client
     from memproto.frames import Sample
 
     times: list[float] = []

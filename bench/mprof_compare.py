@@ -41,7 +41,7 @@ def mprof_series(dat: Path) -> list[tuple[float, float]]:
 
 
 def one_run(n: int, args: argparse.Namespace, sock: str, out: Path) -> dict[str, object]:
-    from memagent.cli.client import Client
+    from memagent.client import Client
 
     truth_file, dat = out / f"truth-{n}.json", out / f"mprof-{n}.dat"
     mprof = subprocess.Popen(

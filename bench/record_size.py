@@ -41,7 +41,7 @@ sys.path[:0] = [str(HERE), str(ROOT / "agent"), str(ROOT / "protocol")]
 
 from fleet import die_with_parent, proc_cpu, stop_daemon, wait_listening  # noqa: E402
 
-from memagent.cli.client import Client  # noqa: E402
+from memagent.client import Client  # noqa: E402
 from memagent.config import RecordConfig  # noqa: E402
 from memagent.store.recorder import LEVEL, FlightRecorder  # noqa: E402
 from memproto.recording import SegmentHeader, SegmentWriter, pack_batch  # noqa: E402

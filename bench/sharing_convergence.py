@@ -35,7 +35,7 @@ sys.path[:0] = [str(HERE), str(ROOT / "agent"), str(ROOT / "protocol"), str(ROOT
 from fleet import die_with_parent, wait_listening  # noqa: E402
 from sharing_target import Controlled, truth  # noqa: E402
 
-from memagent.cli.client import Client  # noqa: E402
+from memagent.client import Client  # noqa: E402
 
 MiB = 1 << 20
 

@@ -51,7 +51,7 @@ def _settle(client: object, pid: int, ticks: int) -> None:
 
 
 def run(args: argparse.Namespace) -> list[tuple[str, int, int | None, bool | None]]:
-    from memagent.cli.client import Client
+    from memagent.client import Client
 
     results: list[tuple[str, int, int | None, bool | None]] = []
     with tempfile.TemporaryDirectory(prefix="memagent-spike-") as tmp:

@@ -183,7 +183,7 @@ def _kill(p: subprocess.Popen[bytes] | None) -> None:
 
 
 def _connect(sock: str, daemon: subprocess.Popen[bytes], timeout: float = 20.0) -> Any:
-    from memagent.cli.client import Client
+    from memagent.client import Client
     from memproto.client_side import DaemonNotRunning
 
     deadline = time.monotonic() + timeout
@@ -295,7 +295,7 @@ def run_one(workload: str, mode: str, py_spy: str, tmp: str, round_: int = 0) ->
 
 def _demand(sock: str, pid: int, stop: threading.Event) -> None:
     """A fresh stack every INTERVAL (on demand), so the flat ``cpu`` workload gets a dump per tick too."""
-    from memagent.cli.client import Client
+    from memagent.client import Client
 
     with contextlib.suppress(Exception), Client(sock, timeout=20) as c:  # the daemon killed under us: done
         due = time.monotonic()

@@ -64,7 +64,7 @@ def _status(sock: str) -> dict[str, Any]:
 
 
 def measure(pids: list[int], seconds: float = SECONDS) -> TickResult:
-    from memagent.cli.client import Client
+    from memagent.client import Client
     from memproto.client_side import DaemonNotRunning
     from memproto.frames import Dropped, Sample
 

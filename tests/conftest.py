@@ -30,7 +30,7 @@ import pytest
 from fakes.fakenvml import build_fake_nvml
 from proctree import ProcTree
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memagent.core.registry import Registry
 from memproto.frames import Sample
 

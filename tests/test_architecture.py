@@ -27,8 +27,8 @@ FILE_ROOMS = ("proc", "store")
 ALLOWED = {
     ("config/file.py", "open"): "the TOML configuration file, not a kernel file",
     ("cli/main.py", "os.open"): "/dev/null over a closed stdout (| head)",
-    ("cli/record_cmd.py", "os.open"): "the file memagent record -o writes (O_EXCL: never over an existing one)",
-    ("cli/run_report.py", "os.open"): "the files memagent run --report/--junit write, $GITHUB_STEP_SUMMARY",
+    ("recordings/writer.py", "os.open"): "the file memagent record -o writes (O_EXCL: never over an existing one)",
+    ("gate/outputs.py", "os.open"): "the files memagent run --report/--junit write, $GITHUB_STEP_SUMMARY",
     ("cli/admit_cmd.py", "open"): "the run report memagent admit --report reads",
 }
 

@@ -1,6 +1,6 @@
 """An :class:`~memagent.agent.Agent` in a background thread with its own event loop, on a
 private socket (a 0700 temporary directory): what memtop's embedded agent
-(:mod:`memagent.embedded`) and ``memagent run`` (:mod:`memagent.cli.run_agent`) both
+(:mod:`memagent.embedded`) and ``memagent run`` (:mod:`memagent.gate.run_agent`) both
 start, then talk to over that socket like to any daemon."""
 
 from __future__ import annotations

@@ -113,3 +113,27 @@ class DaemonAlreadyRunning(SocketPathError):
 class RecordDirRefused(MemagentError):
     """The flight recorder's directory is not one to write to (the message says why, one
     line); the daemon runs on without recording (docs/recording.md)."""
+
+
+# --------------------------------------------------------------------------- commands
+
+#: The ``--json`` error code of an output file that cannot be written (``record``,
+#: ``plot``, ``run --report``): the client's own, with hyphens (docs/cli.md).
+CANNOT_WRITE = "cannot-write"
+
+
+class CommandFailed(MemagentError):
+    """A command that cannot do its work (an output that cannot be written, a recording
+    that cannot go on): one line for stderr, ``code`` for ``--json``, an exit ``status``.
+    The rooms (:mod:`memagent.recordings`, :mod:`memagent.gate`) raise it, so it lives
+    here rather than with the command line; :func:`memagent.cli.exits.finish` reports it."""
+
+    def __init__(self, code: str, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.code, self.status = code, status
+
+
+class RecordingUnavailable(MemagentError):
+    """No recording to read (``history``, ``report``, ``plot``): the message says where it
+    looked and what to do. Here, not in :mod:`memagent.recordings.source` which raises it,
+    so that ``main`` can report it without importing the recording reader for every command."""

@@ -18,8 +18,8 @@ import pytest
 
 from memagent.cli.args import UsageError
 from memagent.cli.main import main
-from memagent.cli.recorded import window
-from memagent.cli.timeline import parse_when
+from memagent.cli.recording_args import window
+from memagent.recordings.timeline import parse_when
 from memproto.frames import AlertRaised, Attached, Exited, Frame
 from memproto.recording import FORMAT_VERSION, HeadroomSnapshot, PeakStack, SegmentHeader, SegmentWriter
 from memproto.records import (
@@ -295,7 +295,7 @@ def test_a_pid_filter_cuts_the_timeline_to_that_process() -> None:
     """`plot --pid` of an early process must not span the hours after it (nor Σ peaks)."""
     import io
 
-    from memagent.cli.timeline import build_timeline
+    from memagent.recordings.timeline import build_timeline
     from memproto.recording import FORMAT_VERSION, SegmentHeader, SegmentReader, SegmentWriter
 
     w = SegmentWriter(SegmentHeader(FORMAT_VERSION, "box", 1000.0, 1.0, [1, 6], "test"))

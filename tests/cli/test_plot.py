@@ -35,8 +35,8 @@ from plot_recording import (
 )
 from plot_recording import fleet as fleet_of
 
-from memagent.cli.plot import MISSING_MATPLOTLIB
-from memagent.cli.timeline import build_timeline
+from memagent.cli.plot_cmd import MISSING_MATPLOTLIB
+from memagent.recordings.timeline import build_timeline
 from memproto.recording import open_recording
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -10,9 +10,9 @@ import time
 
 from plot_recording import T0, GiB, MiB
 
-from memagent.cli import plot_html, plot_mpl
-from memagent.cli.plot_data import decimate, plot_data
-from memagent.cli.timeline import Timeline, Track
+from memagent.recordings import plot_html, plot_mpl
+from memagent.recordings.plot_data import decimate, plot_data
+from memagent.recordings.timeline import Timeline, Track
 
 # --------------------------------------------------------------------------- decimation
 

@@ -242,7 +242,7 @@ import importlib, pkgutil, sys
 import memagent, memproto, memtop
 names = [m.name for pkg in (memproto, memagent, memtop)
          for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".") if not m.name.endswith("__main__")
-         and m.name not in ("memagent.cli.plot_mpl", "memagent.pytest_plugin")]
+         and m.name not in ("memagent.recordings.plot_mpl", "memagent.gate.pytest_plugin")]
 # plot_mpl: the plot extra's (matplotlib), not in a bundle; pytest_plugin: only pytest loads it
 for name in names:
     importlib.import_module(name)

@@ -14,7 +14,7 @@ from typing import Any
 
 from conftest import Daemon, Target, memagent_cli
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memproto.frames import AlertRaised
 from memproto.records import Alert
 

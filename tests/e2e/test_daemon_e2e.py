@@ -13,7 +13,7 @@ import msgpack
 import pytest
 from conftest import Daemon, MiB, Target, memagent_cli, wait_sample
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memproto import PROTOCOL_MAJOR, FrameBuffer, decode, frame_bytes
 from memproto.client_side import RequestFailed
 from memproto.frames import Dropped, Error, Exited, Hello, Sample

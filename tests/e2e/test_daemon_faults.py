@@ -26,7 +26,7 @@ from conftest import Daemon, Target, poll
 from proctree import TRAINER, MiB, ProcTree
 
 from memagent.agent import Agent
-from memagent.cli.client import Client
+from memagent.client import Client
 from memagent.config import AgentConfig, StackConfig
 from memproto import decode, encode, frame_bytes
 from memproto.client_side import client_hello

@@ -13,7 +13,7 @@ import pytest
 from conftest import Daemon, Target, memagent_cli
 from fakes.fakenvml import FakeGpuState, GiB, MiB, build_fake_nvml, nvml_env
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memproto.frames import Sample
 from memproto.records import DaemonStatus, ProcessInfo
 

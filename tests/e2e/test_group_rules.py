@@ -13,7 +13,7 @@ import pytest
 from conftest import Daemon, Target, as_user, memagent_cli, poll
 from test_containers_e2e import MakeCgroup, make_cgroup  # noqa: F401 - the fixture, shared
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memagent.core.groups import GroupRule
 from memproto.client_side import RequestFailed
 

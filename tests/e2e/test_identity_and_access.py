@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import TEST_USER, Daemon, MiB, Target, as_user, spawn_with_pid, wait_sample
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memproto.frames import Attached, Exited, Sample
 
 

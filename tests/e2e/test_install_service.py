@@ -27,10 +27,10 @@ import pytest
 from conftest import as_user
 from test_cli_hostile import HOSTILE, check
 
-import memagent.cli.installer as installer
+import memagent.install.installer as installer
 from memagent.cli.main import build_parser, main
-from memagent.cli.shellfiles import subcommands
 from memagent.config import load
+from memagent.install.shellfiles import subcommands
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGED_UNIT = ROOT / "packaging" / "memagent.service"

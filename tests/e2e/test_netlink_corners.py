@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 from conftest import Daemon, memagent_cli, spawn_with_pid, wait_sample
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memagent.core.autoattach import Scanner
 from memagent.core.process_events import ProcessEvents
 from memagent.core.registry import Registry

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from conftest import Daemon, Target, memagent_cli, wait_sample
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memproto.frames import AlertRaised
 from memproto.records import Alert
 

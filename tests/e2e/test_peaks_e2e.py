@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from conftest import TEST_USER, Daemon, MiB, Target, as_user, memagent_cli
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memproto.records import ProcessInfo
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import HERE, Daemon, memagent_cli
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memproto.frames import Exited, Sample
 from memproto.records import DaemonStatus, ProcessInfo
 

@@ -1,4 +1,4 @@
-"""The pytest plugin (memagent.pytest_plugin, docs/pytest.md) in real pytest runs: each
+"""The pytest plugin (memagent.gate.pytest_plugin, docs/pytest.md) in real pytest runs: each
 test here writes a test file and runs pytest on it in a subprocess, where the plugin is
 loaded as any user's would be, by its entry point.
 
@@ -130,7 +130,7 @@ def test_nothing_asked_nothing_done(pytester: pytest.Pytester) -> None:
 
         def test_nothing_of_the_agent_loaded():
             loaded = [m for m in sys.modules if m.startswith(("memagent.", "memproto"))]
-            assert set(loaded) <= {"memagent.pytest_plugin"}, loaded
+            assert set(loaded) <= {"memagent.gate", "memagent.gate.pytest_plugin"}, loaded
     """)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=60)
     result.assert_outcomes(passed=1)

@@ -25,8 +25,8 @@ from typing import Any
 
 from conftest import TEST_USER, Daemon, MiB, Target, as_user, memagent_cli, poll
 
-from memagent.cli.client import Client
 from memagent.cli.main import main
+from memagent.client import Client
 from memproto.frames import Attached, Frame, Sample
 from memproto.recording import RecordingError, SegmentReader
 

@@ -21,7 +21,7 @@ import msgpack
 import pytest
 from conftest import Daemon, Target, as_user, spawn_with_pid
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memagent.config import StackConfig
 from memagent.core.registry import Registry
 from memagent.core.stack_collector import StackCollector

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import TEST_USER, Daemon, as_user, memagent_cli
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memagent.errors import DaemonAlreadyRunning, SocketPathError
 from memagent.serve.listen import bind_socket
 from memproto import PROTOCOL_VERSION, encode, frame_bytes

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 from conftest import Target, as_user
 
-from memagent.cli.client import Client
+from memagent.client import Client
 from memagent.proc.pyspy import find_py_spy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import pytest
 from conftest import Daemon, MiB
 from sharing_target import Controlled, truth
 
-from memagent.cli.client import Client
+from memagent.client import Client
 
 CONVERGE_S = 3.0
 TOLERANCE = 0.10

@@ -24,8 +24,8 @@ import pytest
 from conftest import TEST_USER, Daemon, as_user
 from test_security_socket import FAKE, SYSTEM_PYTHON
 
-from memagent.cli.client import connect
 from memagent.cli.main import main
+from memagent.client import connect
 from memproto.client_side import DaemonTimeout
 from memproto.paths import SYSTEM_SOCKET, fallback_socket
 

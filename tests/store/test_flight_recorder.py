@@ -17,8 +17,8 @@ import pytest
 from proctree import TRAINER, MiB, ProcTree
 
 from memagent.agent import Agent
-from memagent.cli.timeline import build_timeline
 from memagent.config import AgentConfig, ConfigError, RecordConfig, StackConfig, agent_config, validate
+from memagent.recordings.timeline import build_timeline
 from memagent.store import recorder as recorder_module
 from memagent.store.recorder import OFF, ON, FlightRecorder
 from memproto.frames import AlertRaised, Attached, Sample

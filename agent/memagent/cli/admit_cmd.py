@@ -17,12 +17,11 @@ from typing import Any, TypeGuard
 
 from memproto.text import printable
 
-from .args import Parser, UsageError
-from .client import connect
-from .fits import HOST, Need, Verdict, best_gpu, gpu_uuid, judge, summary
-from .render import human_bytes
-from .report import EXIT_FAILED, EXIT_OK, CommandFailed, fail, print_json
-from .run_cmd import EXIT_OVER_BUDGET, size_arg
+from ..client import connect
+from ..gate.fits import HOST, FitVerdict, Need, best_gpu, gpu_uuid, judge, summary
+from ..prose import human_bytes
+from .args import Parser, UsageError, size_arg
+from .exits import EXIT_FAILED, EXIT_OK, EXIT_OVER_BUDGET, CommandFailed, fail, print_json
 
 PROG = "memagent admit"
 #: A run report is a few KiB; anything this big is not one.
@@ -66,7 +65,7 @@ def _size(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62
 
 
-def verdicts(args: argparse.Namespace, rss: int, vram: int | None) -> tuple[list[Verdict], str | None]:
+def verdicts(args: argparse.Namespace, rss: int, vram: int | None) -> tuple[list[FitVerdict], str | None]:
     """Host, and the GPU (the one asked for, else the roomiest); the GPU chosen."""
     with connect(args.socket) as client:
         status = client.status()

@@ -16,6 +16,9 @@ from typing import NoReturn
 from memproto.paths import SYSTEM_SOCKET
 from memproto.text import printable
 
+from ..config import parse_size
+from ..errors import ConfigError, MemagentError
+
 #: Linux's PID_MAX_LIMIT: no PID is above it (and a bigger number does not fit the wire).
 PID_MAX = 4_194_304
 
@@ -23,9 +26,11 @@ PID_MAX = 4_194_304
 GLOBAL_OPTIONS = ("socket", "json")
 
 
-class UsageError(Exception):
+class UsageError(MemagentError):
     """A bad command line: ``prog`` (``memagent attach``) and what is wrong, one line.
     ``hint``: end the line with where the usage is (argparse's own errors)."""
+
+    code = "usage"  # its --json code (cli.exits.USAGE)
 
     def __init__(self, prog: str, message: str, hint: bool = False) -> None:
         self.prog = prog
@@ -124,3 +129,11 @@ def wants_json(argv: Sequence[str]) -> bool:
         if token.startswith("--j") and "--json".startswith(token):
             return True
     return False
+
+
+def size_arg(text: str) -> int:
+    """A size as the configuration reads one (``512MiB``, ``2G``, bytes): ``run``, ``admit``."""
+    try:
+        return parse_size(text, "SIZE")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(printable(exc.reason)) from None

@@ -13,10 +13,11 @@ from memproto.schema import to_wire
 from memproto.text import label_problem, printable
 from memproto.vocabulary import AtPeakState, Severity, StackState
 
+from ..client import Client, connect
+from ..prose import frame_text, human_bytes
 from .args import UsageError
-from .client import Client, connect
-from .render import format_stack, format_table, frame_text, human_bytes, process_json, status_lines
-from .report import EXIT_CRITICAL, EXIT_FAILED, EXIT_OK, EXIT_WARNING, print_json, results
+from .exits import EXIT_CRITICAL, EXIT_FAILED, EXIT_OK, EXIT_WARNING, print_json, results
+from .render import format_stack, format_table, process_json, status_lines
 
 STATUS_EPILOG = (f"exit status (a health check): {EXIT_OK} no alert firing, {EXIT_WARNING} a warning alert is "
                  f"firing, {EXIT_CRITICAL} a critical alert is firing (the most severe counts; with --json too); "

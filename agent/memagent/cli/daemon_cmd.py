@@ -18,7 +18,7 @@ from .. import config as config_file
 from ..config import DEFAULT_PATH as DEFAULT_CONFIG
 from ..config.flags import add_flags
 from ..errors import ConfigError
-from .report import EXIT_NO_DAEMON
+from .exits import EXIT_NO_DAEMON
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:

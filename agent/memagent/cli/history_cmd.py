@@ -19,77 +19,27 @@ import argparse
 import csv
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
 
 from memproto.client_side import CannotConnect, DaemonNotRunning
-from memproto.records import Failure, ProcessInfo, Series
 from memproto.text import printable
-from memproto.vocabulary import ErrorCode
 
+from ..client import connect
+from ..errors import RecordingUnavailable
+from ..prose import human_bytes
+from ..recordings.history import RAM, RECORDING, ProcessHistory, Result, from_ram, keep_shown, of_track
+from ..recordings.timeline import iso
 from .args import Parser, UsageError, pid_arg
-from .client import Client, connect
-from .recorded import RecordingUnavailable, add_source_arguments, load_timeline, window
-from .render import human_bytes
-from .report import EXIT_FAILED, EXIT_OK, error_json, print_json
-from .timeline import Timeline, Track, iso
+from .exits import EXIT_FAILED, EXIT_OK, error_json, print_json
+from .recording_args import add_source_arguments, load_timeline, window
 
 PROG = "memagent history"
-RAM, RECORDING = "ram", "recording"
 CSV_HEADER = ("time", "pid", "start_time", "label", "rss_bytes", "vram_bytes")
 
 EPILOG = ("Source: the daemon's RAM when it reaches back to --since (and no --file), else the recording "
           "(--file, or the daemon's flight recorder); --from forces one. Exit 0 done; 1 a PID or label with "
           "no points in the window (one line each), no recording, or the daemon failed; 2 no daemon (RAM) "
           "or a usage error.")
-
-Point = tuple[float, int, int | None]
-
-
-@dataclass
-class ProcessHistory:
-    """One process's points in the window, from one source."""
-
-    pid: int
-    start_time: float
-    name: str
-    label: str | None
-    source: str
-    #: Seconds between points: the RAM's slot, or the recording's sample interval.
-    step: float
-    points: list[Point] = field(default_factory=list)
-    #: The daemon's peak of the process (kernel's mark included), as ``ls`` shows it.
-    rss_peak_bytes: int = 0
-    rss_peak_exact: bool = True
-    exited_at: float | None = None
-
-    def peak(self) -> tuple[int, float | None]:
-        """The highest RSS point in the window and the first time at it."""
-        best: tuple[int, float | None] = (0, None)
-        for t, rss, _ in self.points:
-            if best[1] is None or rss > best[0]:
-                best = (rss, t)
-        return best
-
-    def json(self) -> dict[str, Any]:
-        peak, when = self.peak()
-        return {"pid": self.pid, "start_time": self.start_time, "name": self.name, "label": self.label,
-                "source": self.source, "step": self.step, "points": [list(p) for p in self.points],
-                "peak_bytes": peak, "peak_time": when, "rss_peak_bytes": self.rss_peak_bytes,
-                "rss_peak_exact": self.rss_peak_exact, "exited_at": self.exited_at}
-
-
-@dataclass
-class Result:
-    """What the command found: the processes, whence (for the header), and what it did not find."""
-
-    processes: list[ProcessHistory]
-    source: str
-    where: str
-    failures: list[Failure] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
 
 def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
     p = sub.add_parser("history", parents=parents, help="memory of processes over time (RAM or recording)",
@@ -109,62 +59,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -
     p.add_argument("--csv", action="store_true", help=f"CSV on stdout: {','.join(CSV_HEADER)}")
 
 
-# --------------------------------------------------------------------------- RAM
-
-
-def _slots(series: Series, step: float) -> list[tuple[float, int]]:
-    """(slot start, highest RSS in it) of a series, oldest first (protocol.md §11.6)."""
-    n = len(series.rss_bytes)
-    return [(series.end_time - (n - i) * step, v) for i, v in enumerate(series.rss_bytes)]
-
-
-def _ram_covers(series: Series | None, info: ProcessInfo, since: float | None, step: float) -> bool:
-    """Whether the RAM holds the process back to the window's start (or its attach, if later)."""
-    if since is None:
-        return True
-    if series is None or not series.rss_bytes:
-        return False
-    first = series.end_time - len(series.rss_bytes) * step
-    return first <= max(since, info.attached_at) + step
-
-
-def _wanted(pids: Sequence[int], labels: Sequence[str]) -> Callable[[int, str | None], bool]:
-    every = not pids and not labels
-    return lambda pid, label: every or pid in pids or (label is not None and label in labels)
-
-
-def from_ram(client: Client, args: argparse.Namespace, since: float | None,
-             until: float | None) -> tuple[list[ProcessHistory], bool]:
-    """The processes asked for, from the daemon's RAM; and whether it reaches back to ``since``."""
-    wanted = _wanted(args.pids, args.label)
-    infos = {(p.pid, p.start_time): p for p in client.list() if wanted(p.pid, p.label)}
-    if not infos:
-        return [], True
-    step = max(1.0, client.server_hello.interval or 1.0)
-    seconds = None if since is None else max(step, time.time() - since + step)
-    explicit = sorted({pid for pid, _ in infos}) if args.pids or args.label else []
-    reply = client.history(explicit, seconds)
-    step = reply.step or step
-    by_key = {(s.pid, s.start_time): s for s in reply.series}
-    out, covered = [], True
-    for key, info in infos.items():
-        series = by_key.get(key)
-        covered = covered and _ram_covers(series, info, since, step)
-        slots = _slots(series, step) if series is not None else []
-        points: list[Point] = [(t, v, None) for t, v in slots
-                               if (since is None or t + step > since) and (until is None or t <= until)]
-        out.append(ProcessHistory(info.pid, info.start_time, info.name, info.label, RAM, step, points,
-                                  info.rss_peak_bytes, info.rss_peak_exact, info.exited_at))
-    return out, covered
-
-
 # --------------------------------------------------------------------------- recording
-
-
-def _of_track(track: Track, tl: Timeline) -> ProcessHistory:
-    points: list[Point] = list(zip(track.times, track.rss, track.vram, strict=True))
-    return ProcessHistory(track.pid, track.start_time, track.name, track.label, RECORDING, tl.interval, points,
-                          track.peak_bytes, track.peak_exact, track.exited_at)
 
 
 def from_recording(args: argparse.Namespace) -> tuple[list[ProcessHistory], str]:
@@ -172,7 +67,7 @@ def from_recording(args: argparse.Namespace) -> tuple[list[ProcessHistory], str]
     tl = load_timeline(args, PROG, pids=args.pids, labels=args.label)
     where = f"the recording at {args.source}" if args.source else "the daemon's flight recorder"
     segments = f"{tl.segments} segment{'' if tl.segments == 1 else 's'}"
-    return [_of_track(t, tl) for t in tl.tracks.values()], f"{where} ({segments}, host {tl.host})"
+    return [of_track(t, tl) for t in tl.tracks.values()], f"{where} ({segments}, host {tl.host})"
 
 
 # --------------------------------------------------------------------------- choosing, then presenting
@@ -181,11 +76,15 @@ def from_recording(args: argparse.Namespace) -> tuple[list[ProcessHistory], str]
 def gather(args: argparse.Namespace) -> Result:
     since, until = window(args, PROG)
     origin = args.origin
+
+    def shown(found: list[ProcessHistory], source: str, where: str) -> Result:
+        return keep_shown(found, source, where, args.pids, args.label, bool(args.since or args.until))
+
     if args.source and origin == RAM:
         raise UsageError(PROG, "--file reads a recording: it goes with --from recording or auto", hint=True)
     if args.source or origin == RECORDING:
         found, where = from_recording(args)
-        return _finish(found, RECORDING, where, args)
+        return shown(found, RECORDING, where)
     try:
         client = connect(args.socket)
     except (DaemonNotRunning, CannotConnect) as no_daemon:
@@ -195,43 +94,26 @@ def gather(args: argparse.Namespace) -> Result:
             found, rec_where = from_recording(args)
         except RecordingUnavailable:
             raise no_daemon from None  # neither: "no daemon" says what to do
-        return _finish(found, RECORDING, rec_where, args)
+        return shown(found, RECORDING, rec_where)
     with client:
-        ram, covered = from_ram(client, args, since, until)
+        ram, covered = from_ram(client, args.pids, args.label, since, until)
         path = client.path
     where = f"the daemon's RAM ({path})"
     if origin == RAM or covered:
-        return _finish(ram, RAM, where, args)
+        return shown(ram, RAM, where)
     try:
         found, rec_where = from_recording(args)
     except RecordingUnavailable as exc:
-        result = _finish(ram, RAM, where, args)
+        result = shown(ram, RAM, where)
         result.notes.append(f"the daemon's RAM does not reach back to --since and there is no recording to read "
                             f"({exc}): showing what the RAM holds")
         return result
     if not any(p.points for p in found):
-        result = _finish(ram, RAM, where, args)
+        result = shown(ram, RAM, where)
         result.notes.append("the recording holds nothing of these processes in the window: showing what the "
                             "daemon's RAM holds")
         return result
-    return _finish(found, RECORDING, rec_where, args)
-
-
-def _finish(found: list[ProcessHistory], source: str, where: str, args: argparse.Namespace) -> Result:
-    """Keep the processes with points in the window; a failure per PID or label that has none."""
-    shown = sorted((p for p in found if p.points), key=lambda p: (p.points[0][0], p.pid))
-    failures: list[Failure] = []
-    in_window = " in the window" if args.since or args.until else ""
-    for pid in dict.fromkeys(args.pids):
-        if not any(p.pid == pid for p in shown):
-            known = any(p.pid == pid for p in found)
-            why = f"no points{in_window}" if known else ("not watched" if source == RAM else "not in the recording")
-            failures.append(Failure(pid, ErrorCode.NO_SUCH_PROCESS, f"{why}: {pid}"))
-    for label in dict.fromkeys(args.label):
-        if not any(p.label == label for p in shown):
-            failures.append(Failure(0, ErrorCode.NO_SUCH_PROCESS, f"no process labelled {label!r} with points"
-                                    f"{in_window}"))
-    return Result(shown, source, where, failures)
+    return shown(found, RECORDING, rec_where)
 
 
 def _clock(t: float) -> str:

@@ -23,7 +23,7 @@ from memproto.paths import socket_path
 
 from .. import __version__
 from .. import config as config_file
-from ..errors import ConfigError
+from ..errors import ConfigError, RecordingUnavailable
 from .admit_cmd import COMMANDS as ADMIT_COMMANDS
 from .admit_cmd import add_parser as add_admit_parser
 from .args import (
@@ -41,16 +41,7 @@ from .commands import COMMANDS as CLIENT_COMMANDS
 from .commands import STATUS_EPILOG
 from .daemon_cmd import COMMANDS as DAEMON_COMMANDS
 from .daemon_cmd import add_parser as add_daemon_parser
-from .history_cmd import COMMANDS as HISTORY_COMMANDS
-from .history_cmd import add_parser as add_history_parser
-from .install_service import COMMANDS as INSTALL_COMMANDS
-from .install_service import add_parsers as add_install_parsers
-from .plot import COMMANDS as PLOT_COMMANDS
-from .plot import add_parser as add_plot_parser
-from .record_cmd import COMMANDS as RECORD_COMMANDS
-from .record_cmd import add_parser as add_record_parser
-from .recorded import RecordingUnavailable
-from .report import (
+from .exits import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_NO_DAEMON,
@@ -61,10 +52,18 @@ from .report import (
     USAGE,
     fail,
 )
+from .gate_cmd import COMMANDS as RUN_COMMANDS
+from .gate_cmd import add_parser as add_run_parser
+from .history_cmd import COMMANDS as HISTORY_COMMANDS
+from .history_cmd import add_parser as add_history_parser
+from .install_cmd import COMMANDS as INSTALL_COMMANDS
+from .install_cmd import add_parsers as add_install_parsers
+from .plot_cmd import COMMANDS as PLOT_COMMANDS
+from .plot_cmd import add_parser as add_plot_parser
+from .record_cmd import COMMANDS as RECORD_COMMANDS
+from .record_cmd import add_parser as add_record_parser
 from .report_cmd import COMMANDS as REPORT_COMMANDS
 from .report_cmd import add_parser as add_report_parser
-from .run_cmd import COMMANDS as RUN_COMMANDS
-from .run_cmd import add_parser as add_run_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,10 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_history_parser(sub, client)  # history (cli/history_cmd.py)
     add_record_parser(sub, client)  # record (cli/record_cmd.py)
     add_report_parser(sub, client)  # report (cli/report_cmd.py)
-    add_plot_parser(sub, client)  # plot (cli/plot.py)
-    add_run_parser(sub, [common])  # run (cli/run_cmd.py)
+    add_plot_parser(sub, client)  # plot (cli/plot_cmd.py)
+    add_run_parser(sub, [common])  # run (cli/gate_cmd.py)
     add_admit_parser(sub, client)  # admit (cli/admit_cmd.py)
-    add_install_parsers(sub)  # install-service, completion
+    add_install_parsers(sub, build_parser)  # install-service, completion (cli/install_cmd.py)
     return parser
 
 

@@ -9,13 +9,9 @@ from typing import Any
 from memproto.records import DaemonStatus, ProcessInfo, StackDump
 from memproto.schema import to_wire
 from memproto.text import printable
-from memproto.units import format_size
 from memproto.vocabulary import Resource
 
-
-def human_bytes(n: int | None) -> str:
-    """A size in prose (``1.25 GiB``): :func:`memproto.units.format_size`, long form."""
-    return format_size(n, long=True)
+from ..prose import frame_text, human_bytes
 
 
 def process_json(p: ProcessInfo) -> dict[str, Any]:
@@ -101,11 +97,6 @@ def status_lines(status: DaemonStatus) -> list[str]:
         lines.append("warning: the daemon is in a nested PID namespace; NVML's host PIDs will not match "
                      "(run it in the host PID namespace)")
     return lines
-
-
-def frame_text(function: str, filename: str, line: int | None) -> str:
-    """``function (file:line)``; a watched process chooses its file and function names."""
-    return f"{printable(function)} ({printable(filename)}:{line})"
 
 
 def format_stack(dump: StackDump, title: str) -> list[str]:

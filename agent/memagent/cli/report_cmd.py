@@ -15,21 +15,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from memproto.records import Alert, StackDump, ThreadStack
 from memproto.text import printable
-from memproto.vocabulary import AlertKind
 
+from ..prose import frame_text, human_bytes
 from .args import Parser, pid_arg
-from .recorded import add_source_arguments, load_timeline, source_paths, window
-from .render import frame_text, human_bytes
-from .report import EXIT_FAILED, EXIT_OK, error_json, print_json
-from .timeline import Timeline, Track
+from .exits import EXIT_FAILED, EXIT_OK, error_json, print_json
+from .recording_args import add_source_arguments, load_timeline, window
 
 PROG = "memagent report"
 DEFAULT_TOP = 10
 #: Frames of the stack at the peak shown in text (JSON has them all).
 STACK_FRAMES = 5
-SEVERITY_RANK = {"warning": 1, "critical": 2}
 
 EPILOG = ("Exit 0: the report, even of an empty window (it says so); 1 no recording, or no samples of the --pid "
           "or --label asked for; 2 a usage error. Times in --json are Unix seconds.")
@@ -56,78 +52,6 @@ def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -
                    help="only the processes with this label (repeatable)")
     p.add_argument("--top", type=top_arg, default=DEFAULT_TOP, metavar="N",
                    help=f"how many processes, highest peak first ({DEFAULT_TOP})")
-
-
-# --------------------------------------------------------------------------- the report as data
-
-
-def stack_thread(dump: StackDump) -> ThreadStack | None:
-    """The thread the peak is blamed on: the attributed one, else the first active, else the first."""
-    return dump.attributed() or next((t for t in dump.threads if t.active), None) or next(iter(dump.threads), None)
-
-
-def stack_json(dump: StackDump | None) -> dict[str, Any] | None:
-    if dump is None:
-        return None
-    thread = stack_thread(dump)
-    return {"time": dump.time, "trigger": dump.trigger, "rss_bytes": dump.rss_bytes,
-            "thread_id": thread.thread_id if thread else None, "thread_name": thread.name if thread else None,
-            "frames": [{"name": f.name, "filename": f.filename, "line": f.line} for f in thread.frames]
-            if thread else []}
-
-
-def peak_before_window(t: Track, interval: float) -> bool:
-    """Whether the peak was already reached when the window first saw the process (it
-    started, or was attached, before): then ``peak_time`` is that first sample's, and the
-    moment of the peak itself is not in the window."""
-    first = t.times[0] if t.times else t.peak_time
-    return first is not None and t.peak_time is not None and t.peak_time <= first \
-        and t.start_time < first - max(interval, 1.0)
-
-
-def process_json(t: Track, interval: float) -> dict[str, Any]:
-    return {"pid": t.pid, "start_time": t.start_time, "name": t.name, "label": t.label, "cmdline": t.cmdline,
-            "peak_bytes": t.peak_bytes, "peak_time": t.peak_time, "peak_exact": t.peak_exact,
-            "peak_before_window": peak_before_window(t, interval),
-            "vram_peak_bytes": t.vram_peak_bytes, "vram_peak_time": t.vram_peak_time, "exited_at": t.exited_at,
-            "stack": stack_json(t.peak_stack)}
-
-
-def alerts_json(alerts: list[Alert]) -> list[dict[str, Any]]:
-    """One entry per alert (its id): when it first fired in the window, its most severe
-    level, its last state, message and time."""
-    out: dict[int, dict[str, Any]] = {}
-    for a in sorted(alerts, key=lambda a: a.time):
-        entry = out.get(a.id)
-        if entry is None:
-            entry = out[a.id] = {"id": a.id, "kind": a.kind, "resource": a.resource, "pid": a.pid,
-                                 "severity": a.severity, "time": a.time}
-        elif SEVERITY_RANK.get(a.severity, 0) > SEVERITY_RANK.get(entry["severity"], 0):
-            entry["severity"] = a.severity
-        entry.update(state=a.state, last_time=a.time, message=a.message, value=a.value, threshold=a.threshold,
-                     unit=a.unit)
-    return list(out.values())
-
-
-def oom_json(a: Alert) -> dict[str, Any]:
-    return {"time": a.time, "pid": a.pid, "resource": a.resource, "severity": a.severity, "message": a.message,
-            "source": a.source, "details": a.details}
-
-
-def report_json(tl: Timeline, paths: list[str], top: int) -> dict[str, Any]:
-    highest = tl.highest_sum()
-    sums: dict[str, Any] | None = None
-    if highest is not None:
-        when, total = highest
-        cap = tl.capacity_bytes
-        sums = {"bytes": total, "time": when, "capacity_bytes": cap,
-                "ratio": round(total / cap, 4) if cap else None}
-    tracks = tl.by_peak()
-    return {"source": paths, "host": tl.host, "interval": tl.interval, "segments": tl.segments,
-            "first_time": tl.first, "last_time": tl.last, "samples": len(tl.sum_peaks),
-            "processes_total": len(tracks), "processes": [process_json(t, tl.interval) for t in tracks[:top]],
-            "sum_peaks": sums, "alerts": alerts_json([a for a in tl.alerts if a.kind != AlertKind.OOM_KILL]),
-            "oom_kills": [oom_json(a) for a in tl.oom_kills], "damage": tl.damage}
 
 
 # --------------------------------------------------------------------------- the report as text
@@ -196,8 +120,14 @@ def text_lines(r: dict[str, Any]) -> list[str]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ..recordings.analysis import (
+        report_json,  # the reader: imported when the command runs, not when the parser is built
+    )
+    from ..recordings.source import source_paths
+
     window(args, PROG)  # a bad --since is a usage error before anything is read
-    paths = source_paths(args)  # RecordingUnavailable: one line (main), before the window is read
+    # RecordingUnavailable: one line (main), before the window is read
+    paths = source_paths(getattr(args, "source", None), getattr(args, "socket", None))
     args.source = paths[0]
     tl = load_timeline(args, PROG, pids=args.pid, labels=args.label)
     r = report_json(tl, paths, args.top)

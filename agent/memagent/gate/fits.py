@@ -18,7 +18,7 @@ from typing import Any
 from memproto.records import Contributor, DaemonStatus, Headroom
 from memproto.text import printable
 
-from .render import human_bytes
+from ..prose import human_bytes
 
 HOST = "host"
 
@@ -32,7 +32,7 @@ class Need:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class FitVerdict:
     """One resource judged. ``capacity_bytes`` None: the daemon has no figure for it."""
 
     resource: str
@@ -77,7 +77,7 @@ class Verdict:
                 "top": [{"pid": c.pid, "label": c.label, "peak_bytes": c.peak_bytes} for c in self.top]}
 
 
-def judge(needs: list[Need], headroom: list[Headroom], own: dict[str, int] | None = None) -> list[Verdict]:
+def judge(needs: list[Need], headroom: list[Headroom], own: dict[str, int] | None = None) -> list[FitVerdict]:
     """Each need against the daemon's headroom of its resource. ``own``: per resource,
     what the daemon already counts of the newcomer itself (a run's processes the daemon
     happens to watch too), taken out of its Σ so that nothing counts twice."""
@@ -86,10 +86,10 @@ def judge(needs: list[Need], headroom: list[Headroom], own: dict[str, int] | Non
     for need in needs:
         h = by_resource.get(need.resource)
         if h is None:
-            out.append(Verdict(need.resource, need.resource, need.bytes, None, 0))
+            out.append(FitVerdict(need.resource, need.resource, need.bytes, None, 0))
             continue
         watched = max(0, h.sum_peaks_bytes - (own or {}).get(need.resource, 0))
-        out.append(Verdict(h.resource, h.name, need.bytes, h.capacity_bytes, watched, list(h.top)))
+        out.append(FitVerdict(h.resource, h.name, need.bytes, h.capacity_bytes, watched, list(h.top)))
     return out
 
 
@@ -101,14 +101,14 @@ def gpu_uuid(status: DaemonStatus, which: str) -> str | None:
     return None
 
 
-def best_gpu(vram: int, status: DaemonStatus) -> list[Verdict]:
+def best_gpu(vram: int, status: DaemonStatus) -> list[FitVerdict]:
     """``vram`` judged on each GPU the daemon sees, the roomiest first: it fits when it
     fits on one of them."""
     verdicts = judge([Need(g.uuid, vram) for g in status.gpus if not g.lost], status.headroom)
     return sorted(verdicts, key=lambda v: -((v.capacity_bytes or 0) - v.total_bytes))
 
 
-def summary(verdicts: list[Verdict]) -> list[str]:
+def summary(verdicts: list[FitVerdict]) -> list[str]:
     """Each resource's line, and who weighs most where it does not fit."""
     lines = []
     for v in verdicts:

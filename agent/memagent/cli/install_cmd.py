@@ -2,8 +2,10 @@
 
 ``install-service`` puts the daemon on this box as a systemd service, from the files inside
 the package (``memagent/data``: the unit, the example configuration) and the files made
-from the parser (:mod:`.shellfiles`: completion, man page); what it does is
-:mod:`.installer`'s. One line per action on stdout; a second run says ``unchanged``.
+from the parser (:mod:`memagent.install.shellfiles`: completion, man page); what it does is
+:mod:`memagent.install.installer`'s. The whole parser comes from ``main`` through the
+parsers' defaults (``whole_parser``), so this module never imports ``main``. One line
+per action on stdout; a second run says ``unchanged``.
 ``--uninstall`` removes what it wrote but the configuration and the group (``--purge``
 removes those too); ``--dry-run`` writes nothing (and needs no root); ``--root DIR`` writes
 every file under DIR, as DESTDIR does, the group only in DIR/etc/group (where there is
@@ -23,11 +25,11 @@ from collections.abc import Callable
 
 from memproto.text import printable
 
+from ..install.shellfiles import SHELLS, CommandLine, CompletionUnavailable, completion
 from .args import UsageError
-from .report import EXIT_FAILED, EXIT_OK
+from .exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_MAN
 
 PROG = "memagent install-service"
-SHELLS = ("bash", "zsh")
 
 
 def root_arg(value: str) -> str:
@@ -42,14 +44,14 @@ def cmd_install_service(args: argparse.Namespace) -> int:
     if os.geteuid() != 0 and not args.dry_run:
         print(f"{PROG}: must be run as root (see what it would do with --dry-run)", file=sys.stderr)
         return EXIT_FAILED
-    from .installer import Installer, InstallFailed, install, uninstall
+    from ..install.installer import Installer, InstallFailed, install, uninstall
 
     box = Installer(args.root, args.dry_run, sys.stdout)
     try:
         if args.uninstall:
             uninstall(box, args.purge)
         else:
-            install(box)
+            install(box, CommandLine(args.whole_parser(), EXIT_STATUS_MAN))
     except InstallFailed as exc:
         sys.stdout.flush()
         print(printable(f"{PROG}: {exc}"), file=sys.stderr)
@@ -58,11 +60,8 @@ def cmd_install_service(args: argparse.Namespace) -> int:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    from .main import build_parser  # main imports this module
-    from .shellfiles import CompletionUnavailable, completion
-
     try:
-        script = completion(build_parser(), args.shell)
+        script = completion(args.whole_parser(), args.shell)
     except CompletionUnavailable as exc:
         print(f"memagent completion: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -76,8 +75,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``install-service`` and ``completion`` (:data:`COMMANDS`) on ``sub``."""
+def add_parsers(sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+                whole_parser: Callable[[], argparse.ArgumentParser]) -> None:
+    """Register ``install-service`` and ``completion`` (:data:`COMMANDS`) on ``sub``;
+    ``whole_parser`` makes the parser they write the completion and man page of."""
     i = sub.add_parser("install-service", help="install the systemd unit, configuration, completion, man page (root)",
                        description="Install the daemon as a systemd service: the unit (ExecStart= naming this "
                                    "memagent), the configuration if absent, the group memagent, bash and zsh "
@@ -94,3 +95,5 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     c = sub.add_parser("completion", help="print the bash or zsh completion script",
                        description="Print the completion script: source <(memagent completion bash).")
     c.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash or zsh")
+    for p in (i, c):
+        p.set_defaults(whole_parser=whole_parser)

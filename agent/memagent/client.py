@@ -61,7 +61,7 @@ from memproto.frames import (
 from memproto.paths import socket_candidates
 from memproto.records import DaemonStatus, ProcessInfo
 
-from .. import SOFTWARE
+from . import SOFTWARE
 
 R = TypeVar("R", bound=Frame)
 

@@ -23,10 +23,16 @@ from memproto.records import Failure
 from memproto.text import printable
 from memproto.vocabulary import ErrorCode
 
+# The commands' failure, raised by the rooms too, is declared in errors.py; the commands take it from here.
+from ..errors import CANNOT_WRITE as CANNOT_WRITE
+from ..errors import CommandFailed as CommandFailed
+
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_NO_DAEMON: Final = 2
 EXIT_USAGE: Final = 2
+#: ``run``: over budget (unless --over-budget-status says otherwise); ``admit``: does not fit.
+EXIT_OVER_BUDGET: Final = 3
 EXIT_WARNING: Final = 4
 EXIT_CRITICAL: Final = 5
 EXIT_INTERRUPTED: Final = 130
@@ -37,17 +43,19 @@ USAGE: Final = "usage"
 UNEXPECTED: Final = "unexpected"
 #: ``history``, ``report``, ``plot``: no recording to read, or not a recording (exit 1).
 NO_RECORDING: Final = "no-recording"
-#: ``record``, ``plot``, ``run``: an output file that cannot be written.
-CANNOT_WRITE: Final = "cannot-write"
 
-
-class CommandFailed(Exception):
-    """A command that cannot do its work (``record``, ``plot``): one line for stderr, an
-    error code for ``--json``, an exit code. :func:`finish` reports it."""
-
-    def __init__(self, code: str, message: str, status: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.code, self.status = code, status
+#: What each exit status means, as the man page says it (roff; docs/cli.md, where the contract is
+#: written out): given to :func:`memagent.install.shellfiles.man_page`.
+EXIT_STATUS_MAN: Final = (
+    (EXIT_OK, "Done. \\fBstatus\\fR: no alert is firing."),
+    (EXIT_FAILED, "A request failed, for some PID or as a whole; the connection was lost or timed out; "
+                  "the daemon is not trusted; \\fBdaemon\\fR cannot listen; \\fBinstall\\-service\\fR: not root, "
+                  "or a file or group could not be written."),
+    (EXIT_NO_DAEMON, "No daemon reachable at the socket; a usage error; an invalid configuration."),
+    (EXIT_WARNING, "\\fBstatus\\fR: a warning alert is firing."),
+    (EXIT_CRITICAL, "\\fBstatus\\fR: a critical alert is firing."),
+    (EXIT_INTERRUPTED, "Interrupted (Ctrl\\-C)."),
+)
 
 
 def finish(as_json: bool, prog: str, work: Callable[[], tuple[dict[str, object], str]]) -> int:

@@ -1,4 +1,4 @@
-"""What ``memagent install-service`` (:mod:`.install_service`) writes, removes and runs:
+"""What ``memagent install-service`` (:mod:`memagent.cli.install_cmd`) writes, removes and runs:
 the unit, from the package's ``memagent/data/memagent.service`` with ``ExecStart=`` naming
 the ``memagent`` being run; the configuration, from the example, only when absent; the
 group; bash and zsh completion and the man page (:mod:`.shellfiles`); a link to the
@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, TextIO
 from memproto.text import printable
 
 from ..config import DEFAULT_PATH as CONFIG_PATH
-from .install_service import SHELLS
-from .main import build_parser
-from .shellfiles import CompletionUnavailable, completion, man_page
+from ..errors import MemagentError
+from .shellfiles import SHELLS, CommandLine, CompletionUnavailable, completion, man_page
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -45,7 +44,7 @@ _PLAIN_WORD = re.compile(r"[A-Za-z0-9/._+,:@=-]+")
 _EXAMPLE_LINE = re.compile(r"^[A-Za-z_][\w.-]*\s*=.*#\s*example\b")
 
 
-class InstallFailed(Exception):
+class InstallFailed(MemagentError):
     """Something could not be written, removed or run: one line, exit 1."""
 
 
@@ -125,21 +124,21 @@ def docs_source() -> str | None:
     return None
 
 
-def completion_files() -> tuple[list[File], list[str]]:
+def completion_files(command_line: CommandLine) -> tuple[list[File], list[str]]:
     """The completion files and, when they cannot be made, why (one line each)."""
     try:
-        return [File(COMPLETION_PATHS[s], completion(build_parser(), s).encode(), f"{s} completion")
+        return [File(COMPLETION_PATHS[s], completion(command_line.parser, s).encode(), f"{s} completion")
                 for s in SHELLS], []
     except CompletionUnavailable as exc:
         return [], [f"skipped {s} completion ({exc})" for s in SHELLS]
 
 
-def man_file() -> File:
+def man_file(command_line: CommandLine) -> File:
     files = [(CONFIG_PATH, "The configuration, read at start and on SIGHUP."),
              (UNIT_PATH, "The systemd unit, written by memagent install-service."),
              ("/run/memagent/memagent.sock", "The socket of the daemon run by the unit."),
              (DOC_LINK, "The docs (README.md, docs/), a link into the environment memagent is installed in.")]
-    return File(MAN_PATH, man_page(build_parser(), files).encode(), "man page")
+    return File(MAN_PATH, man_page(command_line, files).encode(), "man page")
 
 
 # --------------------------------------------------------------------------- doing it
@@ -303,7 +302,8 @@ def _group(box: Installer, add: bool) -> None:
         box.say("absent", "absent", subject)
 
 
-def install(box: Installer) -> None:
+def install(box: Installer, command_line: CommandLine) -> None:
+    """Everything, in order; ``command_line``: what the completion and the man page are made from."""
     template = (data_dir() / "memagent.service").read_text()
     unit = unit_text(template, memagent_program())
     box.install(File(UNIT_PATH, unit.encode(), "unit"), exec_start(unit))
@@ -311,12 +311,12 @@ def install(box: Installer) -> None:
     box.install(File(CONFIG_PATH, config_text(example).encode(), "configuration", keep=True),
                 "the example, its 'example' values commented out")
     _group(box, add=True)
-    completions, skipped = completion_files()
+    completions, skipped = completion_files(command_line)
     for f in completions:
         box.install(f)
     for line in skipped:
         print(printable(line), file=box.out)
-    box.install(man_file())
+    box.install(man_file(command_line))
     source = docs_source()
     if source is None:
         box.say("skipped", "would skip", str(box.target(DOC_LINK)), f"docs: none in {sys.prefix}/share/doc/memagent")

@@ -1,5 +1,5 @@
-"""``memagent run [--budget-rss SIZE] [--budget-vram SIZE] [--per-process] ... -- CMD ARGS…``:
-run CMD under an embedded agent that watches it and all its descendants, judge their peaks
+"""What ``memagent run [--budget-rss SIZE] [--budget-vram SIZE] [--per-process] ... -- CMD ARGS…``
+does: run CMD under an embedded agent that watches it and all its descendants, judge their peaks
 against a budget, and exit with CMD's status (or 3: over budget).
 
 How CMD is watched from its first instant, without ptrace: a child is forked that waits on
@@ -8,7 +8,8 @@ fork), then the pipe releases it and it execs CMD. ``memagent run`` is a child s
 so CMD's orphans are reparented to it (and reaped by it) rather than to init. SIGINT,
 SIGTERM and SIGHUP are forwarded to CMD (not a terminal's Ctrl-C, which CMD gets itself:
 it shares the foreground process group). The figures come over the agent's socket as for
-any client (the judge and the outputs: :mod:`.run_report`).
+any client (the judge and the outputs: :mod:`.outputs`). The command line and the exit
+statuses of its errors: :mod:`memagent.cli.gate_cmd`.
 """
 
 from __future__ import annotations
@@ -23,35 +24,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memproto.client_side import ClientError, ConnectionLost, DaemonNotRunning, DaemonTimeout, RequestFailed
+from memproto.client_side import ClientError, DaemonTimeout, RequestFailed
 from memproto.frames import Attached, Exited, Frame, Sample
 from memproto.records import DaemonStatus, GrowthSite, StackDump
 from memproto.text import printable
 from memproto.vocabulary import Resource
 
-from ..config import parse_size
-from ..errors import ConfigError, MemagentError
-from .args import Parser, UsageError, seconds_arg
-from .client import Client, connect
-from .fits import HOST, Need, Verdict, judge
-from .record_cmd import Recording, check_output, create
-from .render import human_bytes
-from .report import EXIT_FAILED, EXIT_NO_DAEMON, CommandFailed
-from .run_report import (
-    Budget,
-    Outcome,
-    ProcessPeak,
-    check_writable,
-    failures,
-    summary_lines,
-    write_outputs,
-)
+from ..client import Client, connect
+from ..prose import human_bytes
+from ..recordings.writer import RecordingWriter, check_output, create
+from .fits import HOST, FitVerdict, Need, judge
+from .outputs import Outcome, ProcessPeak, RunBudget, check_writable, failures, summary_lines, write_outputs
 
 if TYPE_CHECKING:
     from .run_agent import Child
 
 PROG = "memagent run"
-EXIT_OVER_BUDGET = 3
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WATCHED_SIGNALS = {*FORWARDED, signal.SIGCHLD}
 #: How long one wait for a frame lasts (signals and CMD's exit are looked at in between).
@@ -59,54 +47,10 @@ WAKE = 0.1
 #: ``si_code`` of a signal the kernel sent (a terminal's Ctrl-C: CMD got it too).
 SI_KERNEL = 0x80
 
-EPILOG = ("Exit status: CMD's own when within budget; 3 when over (--over-budget-status N); 126/127 when CMD "
-          "cannot be executed / is not found; 128+n when CMD died of signal n; 2 on a usage error or (--fits) no "
-          "daemon; 1 when --report/--junit cannot be written. The budget applies to the sum of the tree's "
-          "share-adjusted peaks (--per-process: to each process); --fits fails (3) when the tree's peaks added to "
-          "what the daemon watches exceed the box's capacity. SIZE: 512MiB, 2G, 1.5GiB, 2Gi, bytes.")
-
-
-def size_arg(text: str) -> int:
-    try:
-        return parse_size(text, "SIZE")
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(printable(exc.reason)) from None
-
-
-def status_arg(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an exit status: {text!r}") from None
-    if not 0 <= n <= 255:
-        raise argparse.ArgumentTypeError(f"not an exit status: {text!r} (0 to 255)")
-    return n
-
-
-def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
-    p = sub.add_parser("run", parents=parents, help="run a command under a memory budget (no daemon needed)",
-                       description="Run CMD watched with all its descendants by an embedded agent; print "
-                                   "the peaks on exit and fail when over budget.", epilog=EPILOG)
-    p.add_argument("--budget-rss", type=size_arg, metavar="SIZE", help="budget for the Σ of RSS peaks")
-    p.add_argument("--budget-vram", type=size_arg, metavar="SIZE", help="budget for the Σ of VRAM peaks")
-    p.add_argument("--per-process", action="store_true", help="apply the budgets to each process instead")
-    p.add_argument("--fits", action="store_true",
-                   help="also fail when its peaks would not fit beside what the running daemon watches")
-    p.add_argument("--interval", type=seconds_arg, default=0.1, metavar="SECONDS", help="sample interval (0.1)")
-    p.add_argument("--report", metavar="FILE", help="write the summary as JSON")
-    p.add_argument("--record", metavar="FILE", help="write a recording (docs/recording.md)")
-    p.add_argument("--junit", metavar="FILE", help="write a JUnit XML test case (failed when over budget)")
-    p.add_argument("--over-budget-status", type=status_arg, default=EXIT_OVER_BUDGET, metavar="N",
-                   help="exit status when over budget (3)")
-    p.add_argument("--kill-over-budget", action="store_true", help="kill CMD and its descendants once over budget")
-    p.add_argument("--progress", action="store_true", help="one line a second on stderr while CMD runs")
-    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
-
-
 class Watch:
     """What the stream says while CMD runs: the tree, the peaks, the stacks at the peaks."""
 
-    def __init__(self, client: Client, budget: Budget, recording: Recording | None) -> None:
+    def __init__(self, client: Client, budget: RunBudget, recording: RecordingWriter | None) -> None:
         self.client, self.budget, self.recording = client, budget, recording
         self.tree: set[int] = set()
         self.alive: set[int] = set()
@@ -267,7 +211,7 @@ def finish(client: Client, child: Child, watch: Watch) -> Figures:
     return Figures(total, processes, sites, [Need(HOST, total), *gpus], {p.pid: p.start_time for p in infos}, notes)
 
 
-def ask_fits(socket: str | None, figures: Figures) -> list[Verdict]:
+def ask_fits(socket: str | None, figures: Figures) -> list[FitVerdict]:
     """The daemon's verdict on the run's needs (``--fits``). What the daemon watches of the
     run itself (its auto-attach patterns may match it) is taken out of its Σ, as its RSS
     peak (an upper bound of its share-adjusted part). A daemon gone: nothing can be judged."""
@@ -277,16 +221,22 @@ def ask_fits(socket: str | None, figures: Figures) -> list[Verdict]:
             ours = [p for p in daemon.list() if abs(figures.starts.get(p.pid, -1.0) - p.start_time) < 0.05]
     except ClientError as exc:
         print(f"{PROG}: --fits: cannot ask the daemon: {printable(str(exc))}", file=sys.stderr)
-        return [Verdict(n.resource, n.resource, n.bytes, None, 0) for n in figures.needs]
+        return [FitVerdict(n.resource, n.resource, n.bytes, None, 0) for n in figures.needs]
     return judge(figures.needs, status.headroom, {HOST: sum(p.rss_peak_bytes for p in ours)})
 
 
-def run_command(args: argparse.Namespace) -> int:
-    argv = list(args.argv)
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    if not argv:
-        raise UsageError(PROG, "no command to run (memagent run [OPTIONS] -- CMD ARGS…)", hint=True)
+def exit_status(outcome: Outcome, budget: RunBudget, over_budget_status: int) -> int:
+    """The verdict: ``over_budget_status`` when the tree went over its budget (or was killed
+    for it, or would not fit), else CMD's own exit status; CMD that could not be executed
+    keeps its 126/127 whatever its peaks."""
+    over = bool(failures(outcome, budget)) or outcome.killed
+    return over_budget_status if over and outcome.exec_error is None else outcome.status
+
+
+def run_command(argv: list[str], args: argparse.Namespace) -> int:
+    """Run ``argv`` (CMD and its arguments, none empty: the command's check) under the
+    budget and options of ``args`` (``memagent run``'s), print its summary on stderr and
+    write its outputs; the exit status (:func:`exit_status`)."""
     if args.record:
         check_output(args.record, False)
     for path in (args.report, args.junit):
@@ -295,7 +245,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.fits:  # no daemon to ask: refused before CMD runs
         with connect(args.socket) as daemon:
             daemon.status()
-    budget = Budget(args.budget_rss, args.budget_vram, args.per_process)
+    budget = RunBudget(args.budget_rss, args.budget_vram, args.per_process)
     from .run_agent import Child, RunAgent, become_subreaper  # the agent (and asyncio): only for this command
 
     become_subreaper()
@@ -313,7 +263,7 @@ def run_command(args: argparse.Namespace) -> int:
             agent.attach_before_exec(child.pid, label="run")
             recording = None
             if args.record:
-                recording = Recording(client, create(args.record, False), args.record, [])
+                recording = RecordingWriter(client, create(args.record, False), args.record, [])
                 recording.begin()
             watch = Watch(client, budget, recording)
             exec_error = child.release()
@@ -339,32 +289,13 @@ def run_command(args: argparse.Namespace) -> int:
                       figures.sites, exec_error, killed, kernel_max_rss=kernel, notes=figures.notes)
     if args.fits and exec_error is None:
         outcome.fits = ask_fits(args.socket, figures)
-    over = bool(failures(outcome, budget)) or killed
-    status = args.over_budget_status if over and exec_error is None else child.exit_code
+    status = exit_status(outcome, budget, args.over_budget_status)
     if exec_error is None:
         for line in summary_lines(outcome, budget, status):
             print(line, file=sys.stderr)
     problems = write_outputs(outcome, budget, status, args.report, args.junit)
     for problem in problems:
         print(problem, file=sys.stderr)
-    return EXIT_FAILED if problems and status == 0 else status
+    return 1 if problems and status == 0 else status  # an output not written fails a run that passed
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    try:
-        return run_command(args)
-    except DaemonNotRunning as exc:  # --fits: checked before CMD runs
-        print(f"{PROG}: --fits: {printable(str(exc))}", file=sys.stderr)
-        return EXIT_NO_DAEMON
-    except ConnectionLost as exc:
-        print(f"{PROG}: the embedded agent went away: {exc}", file=sys.stderr)
-        return 1
-    except (ClientError, MemagentError) as exc:
-        print(f"{PROG}: {printable(str(exc))}", file=sys.stderr)
-        return 1
-    except CommandFailed as exc:  # --record's, or a --report/--junit path refused before CMD runs
-        print(f"{PROG}: {printable(str(exc))}", file=sys.stderr)
-        return exc.status
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"run": cmd_run}

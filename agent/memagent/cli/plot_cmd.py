@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from memproto.units import format_size
 
+from ..errors import RecordingUnavailable
 from .args import Parser, UsageError, pid_arg
-from .plot_data import plot_data, title
-from .recorded import RecordingUnavailable, add_source_arguments, load_timeline
-from .report import CANNOT_WRITE, EXIT_USAGE, NO_RECORDING, CommandFailed, finish
-from .timeline import iso
+from .exits import EXIT_USAGE, NO_RECORDING, finish
+from .recording_args import add_source_arguments, load_timeline
 
 PROG = "memagent plot"
 FORMATS = ("png", "svg", "html")
@@ -40,11 +38,7 @@ EPILOG = ("The format is the suffix of -o: .png and .svg need the plot extra (pi
           "window, or the file cannot be written; 2 a usage error or matplotlib missing.")
 
 
-class PlotFailed(CommandFailed):
-    """The plot cannot be made."""
-
-
-def size_arg(text: str) -> tuple[int, int]:
+def pixels_arg(text: str) -> tuple[int, int]:
     """``WIDTHxHEIGHT`` in pixels, each 200 to 10000."""
     w, sep, h = text.lower().partition("x")
     try:
@@ -68,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser], parents: Sequence[Parser
                    help="only this process (repeatable)")
     p.add_argument("--label", action="append", default=[], metavar="LABEL",
                    help="only the processes with this label (repeatable)")
-    p.add_argument("--size", type=size_arg, default=DEFAULT_SIZE, metavar="WxH",
+    p.add_argument("--size", type=pixels_arg, default=DEFAULT_SIZE, metavar="WxH",
                    help=f"PNG/SVG size in pixels ({DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]})")
 
 
@@ -80,39 +74,11 @@ def output_format(path: str) -> str:
     return fmt
 
 
-def check_output(path: str) -> None:
-    """Fail now, before reading a large recording, if ``path`` cannot be written."""
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise PlotFailed(CANNOT_WRITE, f"cannot write {path}: it is a directory")
-    if not os.path.isdir(parent):
-        raise PlotFailed(CANNOT_WRITE, f"cannot write {path}: no directory {parent}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PlotFailed(CANNOT_WRITE, f"cannot write {path}: permission denied")
-
-
-def write_whole(path: str, content: bytes) -> None:
-    """``content`` at ``path`` at once: a reader never sees half a file, a failure leaves none."""
-    parent = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    except OSError as exc:
-        raise PlotFailed(CANNOT_WRITE, f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(content)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it (mkstemp's is 0600)
-        os.replace(tmp, path)
-    except OSError as exc:
-        os.unlink(tmp)
-        raise PlotFailed(CANNOT_WRITE, f"cannot write {path}: {exc.strerror or exc}") from None
-
-
 def _matplotlib_renderer() -> ModuleType:
+    from ..recordings.plot_file import PlotFailed
+
     try:
-        from . import plot_mpl
+        from ..recordings import plot_mpl
     except ImportError as exc:
         if (exc.name or "").partition(".")[0] == "matplotlib":
             raise PlotFailed(MISSING_EXTRA, MISSING_MATPLOTLIB.removeprefix(f"{PROG}: "), EXIT_USAGE) from None
@@ -131,8 +97,15 @@ def _nothing(args: argparse.Namespace) -> str:
 
 def make_plot(args: argparse.Namespace) -> tuple[dict[str, object], str]:
     """Write the plot ``args`` asks for; what was written (the ``--json`` object, a line)."""
+    from ..recordings.plot_data import (  # the reader: imported when the command runs, not when the parser is built
+        plot_data,
+        title,
+    )
+    from ..recordings.plot_file import PlotFailed, check_plot_path, write_whole
+    from ..recordings.timeline import iso
+
     fmt = output_format(args.output)
-    check_output(args.output)
+    check_plot_path(args.output)
     render: Callable[..., bytes] | None = None
     if fmt in ("png", "svg"):
         render = _matplotlib_renderer().render
@@ -146,7 +119,7 @@ def make_plot(args: argparse.Namespace) -> tuple[dict[str, object], str]:
     if render is not None:
         content = render(data, fmt, args.size)
     else:
-        from .plot_html import render as render_html
+        from ..recordings.plot_html import render as render_html
 
         content = render_html(data, title(data))
     write_whole(args.output, content)

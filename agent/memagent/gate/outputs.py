@@ -16,10 +16,10 @@ from xml.sax.saxutils import escape, quoteattr
 from memproto.records import GrowthSite, ProcessInfo, StackDump
 from memproto.text import printable
 
-from .fits import Verdict
+from ..errors import CANNOT_WRITE, CommandFailed
+from ..prose import frame_text, human_bytes
+from .fits import FitVerdict
 from .fits import summary as fits_summary
-from .render import frame_text, human_bytes
-from .report import CANNOT_WRITE, CommandFailed
 
 #: Frames of the stack at the peak kept per process in the report.
 STACK_DEPTH = 20
@@ -51,7 +51,7 @@ def stack_lines(dump: StackDump | None) -> list[str]:
 
 
 @dataclass
-class Budget:
+class RunBudget:
     rss: int | None
     vram: int | None
     per_process: bool
@@ -73,7 +73,7 @@ class Outcome:
     #: ``--kill-over-budget`` killed the tree.
     killed: bool = False
     #: ``--fits``: the daemon's verdict on each resource the run used.
-    fits: list[Verdict] | None = None
+    fits: list[FitVerdict] | None = None
     #: The kernel's peak of the tree's biggest process (``wait4``), when it tells something.
     kernel_max_rss: int | None = None
     #: What the agent could not do, one phrase each (the summary's last lines).
@@ -101,7 +101,7 @@ class Outcome:
         return sum(known) if known else None
 
 
-def excess(outcome: Outcome, budget: Budget) -> list[str]:
+def excess(outcome: Outcome, budget: RunBudget) -> list[str]:
     """Each budget exceeded, as a phrase (empty: within budget)."""
     out: list[str] = []
     if budget.per_process:
@@ -127,7 +127,7 @@ def excess(outcome: Outcome, budget: Budget) -> list[str]:
     return out
 
 
-def failures(outcome: Outcome, budget: Budget) -> list[str]:
+def failures(outcome: Outcome, budget: RunBudget) -> list[str]:
     """Each budget exceeded, and each resource where the run would not fit beside what
     the daemon watches (``--fits``), as a phrase (empty: the run passes)."""
     unfit = [v for v in outcome.fits or [] if not v.fits]
@@ -136,7 +136,7 @@ def failures(outcome: Outcome, budget: Budget) -> list[str]:
         else f"would it fit here? cannot tell for {v.name}" for v in unfit]
 
 
-def summary_lines(outcome: Outcome, budget: Budget, exit_status: int) -> list[str]:
+def summary_lines(outcome: Outcome, budget: RunBudget, exit_status: int) -> list[str]:
     over = failures(outcome, budget)
     biggest = outcome.max_process
     verdict = " (over budget)" if excess(outcome, budget) else " (would not fit here)" if over else ""
@@ -172,7 +172,7 @@ def summary_lines(outcome: Outcome, budget: Budget, exit_status: int) -> list[st
     return lines
 
 
-def report_json(outcome: Outcome, budget: Budget, exit_status: int) -> dict[str, Any]:
+def report_json(outcome: Outcome, budget: RunBudget, exit_status: int) -> dict[str, Any]:
     return {
         "command": outcome.command,
         "exit_status": exit_status,
@@ -194,7 +194,7 @@ def report_json(outcome: Outcome, budget: Budget, exit_status: int) -> dict[str,
     }
 
 
-def junit_xml(outcome: Outcome, budget: Budget, exit_status: int) -> str:
+def junit_xml(outcome: Outcome, budget: RunBudget, exit_status: int) -> str:
     over = failures(outcome, budget)
     name = quoteattr(" ".join(outcome.command)[:200])
     body = "\n".join(summary_lines(outcome, budget, exit_status))
@@ -208,7 +208,7 @@ def junit_xml(outcome: Outcome, budget: Budget, exit_status: int) -> str:
             "  </testcase>\n</testsuite>\n")
 
 
-def markdown(outcome: Outcome, budget: Budget, exit_status: int) -> str:
+def markdown(outcome: Outcome, budget: RunBudget, exit_status: int) -> str:
     over = failures(outcome, budget)
     cmd = printable(" ".join(outcome.command)).replace("`", "'")
     verdict = "❌ over budget" if excess(outcome, budget) else "❌ would not fit here" if over else "✅ within budget"
@@ -231,7 +231,7 @@ def write_text(path: str, text: str, append: bool = False) -> None:
 
 def check_writable(path: str) -> None:
     """Refuse, before CMD runs, a ``--report``/``--junit`` path that could not be written at
-    the end (:class:`~.report.CommandFailed`, exit 1); a file created to find out is removed again."""
+    the end (:class:`~memagent.errors.CommandFailed`, exit 1); a file created to find out is removed again."""
     existed = os.path.lexists(path)
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666))
@@ -241,7 +241,7 @@ def check_writable(path: str) -> None:
         os.unlink(path)
 
 
-def write_outputs(outcome: Outcome, budget: Budget, exit_status: int, report: str | None,
+def write_outputs(outcome: Outcome, budget: RunBudget, exit_status: int, report: str | None,
                   junit: str | None) -> list[str]:
     """The files asked for; one line per one that could not be written."""
     problems: list[str] = []

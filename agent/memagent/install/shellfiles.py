@@ -4,24 +4,37 @@ dependencies) and the man page (``memagent(1)``, roff written here: a few lines,
 ``argparse-manpage`` ships no wheel and breaks a help line that starts with a quote).
 
 ``memagent completion bash|zsh`` prints the script; ``memagent install-service`` writes
-both and the man page (:mod:`.install_service`).
+both and the man page (:mod:`.installer`).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from .. import __version__
-from .report import EXIT_CRITICAL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_DAEMON, EXIT_OK, EXIT_WARNING
+from ..errors import MemagentError
 
+#: The shells a completion script is made for.
+SHELLS = ("bash", "zsh")
 #: Argument names (metavars) whose values are files or directories: completed as such.
 FILE_METAVARS = frozenset({"FILE", "PATH"})
 DIR_METAVARS = frozenset({"DIR"})
 
 
-class CompletionUnavailable(Exception):
+class CompletionUnavailable(MemagentError):
     """The ``shtab`` package is not installed: no completion script can be made."""
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """What the files are made from: the whole parser, and what each exit status means
+    (the command line's, :data:`memagent.cli.exits.EXIT_STATUS_MAN`), both given by the
+    command line so that this room never imports it."""
+
+    parser: argparse.ArgumentParser
+    exit_statuses: Sequence[tuple[int, str]]
 
 
 # --------------------------------------------------------------------------- walking the parser
@@ -98,18 +111,6 @@ def _option_lines(parser: argparse.ArgumentParser, with_help: bool = False) -> l
     return lines
 
 
-#: What each exit status means (docs/cli.md, where the contract is written out).
-EXIT_STATUS = (
-    (EXIT_OK, "Done. \\fBstatus\\fR: no alert is firing."),
-    (EXIT_FAILED, "A request failed, for some PID or as a whole; the connection was lost or timed out; "
-                  "the daemon is not trusted; \\fBdaemon\\fR cannot listen; \\fBinstall\\-service\\fR: not root, "
-                  "or a file or group could not be written."),
-    (EXIT_NO_DAEMON, "No daemon reachable at the socket; a usage error; an invalid configuration."),
-    (EXIT_WARNING, "\\fBstatus\\fR: a warning alert is firing."),
-    (EXIT_CRITICAL, "\\fBstatus\\fR: a critical alert is firing."),
-    (EXIT_INTERRUPTED, "Interrupted (Ctrl\\-C)."),
-)
-
 ENVIRONMENT = (
     ("MEMAGENT_SOCKET", "The daemon's socket when \\fB\\-\\-socket\\fR is not given."),
     ("MEMAGENT_DAEMON_UID", "A UID, besides root and the client's own, whose daemon the client trusts."),
@@ -117,9 +118,10 @@ ENVIRONMENT = (
 )
 
 
-def man_page(parser: argparse.ArgumentParser, files: Sequence[tuple[str, str]]) -> str:
-    """``memagent(1)``: every command and option of ``parser``, the exit statuses, and
+def man_page(command_line: CommandLine, files: Sequence[tuple[str, str]]) -> str:
+    """``memagent(1)``: every command and option of the parser, the exit statuses, and
     ``files`` (path, what it is)."""
+    parser = command_line.parser
     prog = parser.prog
     summary = (parser.description or "").rstrip(".")
     out = [f'.TH {prog.upper()} 1 "" "{prog} {__version__}" "User Commands"',
@@ -137,7 +139,7 @@ def man_page(parser: argparse.ArgumentParser, files: Sequence[tuple[str, str]]) 
             out += [".PP", roff(sub.epilog)]
         out += _option_lines(sub)
     out.append(".SH EXIT STATUS")
-    for code, meaning in EXIT_STATUS:
+    for code, meaning in command_line.exit_statuses:
         out += [".TP", f"\\fB{code}\\fR", meaning]
     out.append(".SH ENVIRONMENT")
     for var, meaning in ENVIRONMENT:

@@ -1,0 +1,2 @@
+"""Installing the daemon as a systemd service: the files, the group, systemd. No command-line
+code: ``memagent install-service`` (:mod:`memagent.cli.install_cmd`) calls this."""

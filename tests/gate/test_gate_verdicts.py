@@ -1,0 +1,141 @@
+"""The gate's pure halves, without a process or a socket: would it fit (``fits``), the
+run's verdict and exit status (``run.exit_status``), its outputs (summary, JSON, JUnit,
+the step summary) and what the stream of frames says while CMD runs (``run.Watch``)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import cast
+
+from memagent.client import Client
+from memagent.gate.fits import HOST, FitVerdict, Need, judge, summary
+from memagent.gate.outputs import Outcome, ProcessPeak, RunBudget, failures, junit_xml, markdown, report_json
+from memagent.gate.run import Watch, exit_status
+from memproto.frames import Attached, Exited, Sample
+from memproto.records import SAMPLE_COLUMNS, Contributor, Headroom, ProcessInfo
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+T0 = 1_764_511_200.0
+
+
+def headroom(resource: str, capacity: int, watched: int, top: list[Contributor] | None = None) -> Headroom:
+    return Headroom(resource=resource, name=resource, capacity_bytes=capacity, sum_peaks_bytes=watched,
+                    ratio=watched / capacity, limit_bytes=capacity, reserve_bytes=0, unwatched_bytes=0,
+                    top=top or [], configured=False)
+
+
+def outcome(peaks: list[int], *, status: int = 0, exec_error: str | None = None, killed: bool = False,
+            fits: list[FitVerdict] | None = None) -> Outcome:
+    processes = [ProcessPeak(100 + i, ["python", "train.py"], peak, True, None) for i, peak in enumerate(peaks)]
+    return Outcome(["python", "train.py"], status, 2.5, sum(peaks), processes, [], exec_error, killed, fits)
+
+
+# --------------------------------------------------------------------------- fits
+
+
+def test_a_need_fits_beside_what_is_watched_and_its_own_part_counts_once() -> None:
+    room = [headroom(HOST, 16 * GiB, 10 * GiB, [Contributor(7, "big", 8 * GiB)])]
+    ok, = judge([Need(HOST, 4 * GiB)], room)
+    assert ok.fits and ok.total_bytes == 14 * GiB and ok.over_bytes <= 0
+    over, = judge([Need(HOST, 8 * GiB)], room)
+    assert not over.fits and over.over_bytes == 2 * GiB
+    assert summary([over])[1] == "  heaviest watched there: PID 7 big 8.00 GiB"
+    # the run's own processes the daemon watches too: taken out of its Σ, not counted twice
+    own, = judge([Need(HOST, 8 * GiB)], room, {HOST: 3 * GiB})
+    assert own.fits and own.watched_bytes == 7 * GiB
+
+
+def test_a_resource_the_daemon_has_no_figure_for_cannot_be_said_to_fit() -> None:
+    unknown, = judge([Need("GPU-1234", GiB)], [headroom(HOST, 16 * GiB, 0)])
+    assert unknown.capacity_bytes is None and not unknown.fits
+    assert failures(outcome([MiB], fits=[unknown]), RunBudget(None, None, False)) == [
+        "would it fit here? cannot tell for GPU-1234"]
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def test_over_budget_gives_the_over_budget_status_within_gives_cmds_own() -> None:
+    budget = RunBudget(rss=GiB, vram=None, per_process=False)
+    assert exit_status(outcome([300 * MiB, 300 * MiB], status=7), budget, 3) == 7
+    assert exit_status(outcome([700 * MiB, 700 * MiB], status=0), budget, 3) == 3
+    assert exit_status(outcome([700 * MiB, 700 * MiB], status=0), budget, 42) == 42
+
+
+def test_per_process_budget_judges_each_process_not_the_sum() -> None:
+    budget = RunBudget(rss=GiB, vram=None, per_process=True)
+    assert exit_status(outcome([700 * MiB, 700 * MiB]), budget, 3) == 0
+    assert failures(outcome([700 * MiB, 2 * GiB]), budget) == ["PID 101 RSS peak 2.00 GiB is 1.00 GiB over 1.00 GiB"]
+
+
+def test_a_command_that_cannot_run_keeps_its_status_and_a_killed_tree_fails() -> None:
+    budget = RunBudget(rss=MiB, vram=None, per_process=False)
+    assert exit_status(outcome([GiB], status=127, exec_error="not found"), budget, 3) == 127
+    assert exit_status(outcome([], status=137, killed=True), RunBudget(None, None, False), 3) == 3
+
+
+def test_would_not_fit_fails_the_run_even_within_budget() -> None:
+    verdict = FitVerdict(HOST, "host", 8 * GiB, 16 * GiB, 10 * GiB)
+    run = outcome([100 * MiB], fits=[verdict])
+    assert failures(run, RunBudget(None, None, False)) == ["would not fit here: host 2.00 GiB over"]
+    assert exit_status(run, RunBudget(None, None, False), 3) == 3
+
+
+# --------------------------------------------------------------------------- the outputs
+
+
+def test_report_json_junit_and_step_summary_say_the_same_verdict() -> None:
+    budget = RunBudget(rss=GiB, vram=None, per_process=False)
+    run = outcome([700 * MiB, 700 * MiB])
+    report = report_json(run, budget, 3)
+    json.dumps(report)  # JSON as it is written
+    assert report["over_budget"] is True and report["exit_status"] == 3
+    assert report["rss_peak_bytes"] == 1400 * MiB and [p["pid"] for p in report["processes"]] == [100, 101]
+    suite = ET.fromstring(junit_xml(run, budget, 3))
+    assert suite.get("failures") == "1"
+    failure = suite.find("testcase/failure")
+    assert failure is not None and "over 1.00 GiB" in (failure.get("message") or "")
+    assert markdown(run, budget, 3).startswith("### memagent run: ❌ over budget")
+    within = outcome([100 * MiB])
+    assert ET.fromstring(junit_xml(within, budget, 0)).get("failures") == "0"
+    assert "✅ within budget" in markdown(within, budget, 0)
+
+
+# --------------------------------------------------------------------------- the watch
+
+
+def process(pid: int, rss: int) -> ProcessInfo:
+    return ProcessInfo(pid=pid, start_time=T0, name="python", cmdline=["python"], label="run", uid=0, alive=True,
+                       attached_at=T0, exited_at=None, rss_bytes=rss, rss_peak_bytes=rss, anon_bytes=rss,
+                       swap_bytes=0)
+
+
+def sample(seq: int, rows: list[tuple[int, bool, int, int | None]]) -> Sample:
+    """A tick in the agent's columns: (pid, alive, RSS peak, VRAM peak) per row."""
+    return Sample(seq, T0 + seq, 0.1, list(SAMPLE_COLUMNS),
+                  [[pid, T0, alive, peak, peak, peak, 0, vram, vram, True] for pid, alive, peak, vram in rows])
+
+
+def test_the_watch_follows_the_tree_its_peaks_and_who_is_alive() -> None:
+    # The watch asks the client only for stacks and status; these frames need neither.
+    watch = Watch(cast(Client, None), RunBudget(rss=GiB, vram=None, per_process=False), None)
+    watch.on_frame(Attached(process(10, 100 * MiB)))
+    watch.on_frame(sample(1, [(10, True, 600 * MiB, None), (11, True, 300 * MiB, 2 * GiB)]))
+    assert watch.tree == {10, 11} and watch.alive == {10, 11} and watch.samples == 1
+    assert not watch.raw_over()
+    watch.on_frame(sample(2, [(10, True, 500 * MiB, None), (11, False, 500 * MiB, None)]))
+    assert watch.peaks == {10: 600 * MiB, 11: 500 * MiB} and watch.vram == {11: 2 * GiB}
+    assert watch.alive == {10} and watch.raw_over()  # 1.1 GiB of raw peaks over 1 GiB
+    watch.on_frame(Exited(10, T0, T0 + 3, 700 * MiB))
+    assert 10 in watch.exited and watch.alive == set() and watch.peaks[10] == 700 * MiB
+
+
+def test_the_watch_judges_raw_peaks_per_process_and_on_vram() -> None:
+    per_process = Watch(cast(Client, None), RunBudget(rss=GiB, vram=None, per_process=True), None)
+    per_process.on_frame(sample(1, [(10, True, 600 * MiB, None), (11, True, 600 * MiB, None)]))
+    assert not per_process.raw_over()
+    vram = Watch(cast(Client, None), RunBudget(rss=None, vram=GiB, per_process=False), None)
+    vram.on_frame(sample(1, [(10, True, MiB, 600 * MiB), (11, True, MiB, 600 * MiB)]))
+    assert vram.raw_over()
