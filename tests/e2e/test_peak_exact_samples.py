@@ -54,6 +54,6 @@ def test_exited_row_carries_the_final_flag(start_daemon: Callable[..., Daemon],
         wait_sample(c, t.pid, lambda r: r["alive"] is True and r["rss_peak_exact"] is True)
         t.exit()
         # With netlink the record may come just after the exit is seen (within 5 s, see
-        # protocol.md §11.5): wait for the flag, not for the first exited row.
+        # docs/sampling.md#exit-detection): wait for the flag, not for the first exited row.
         row = wait_sample(c, t.pid, lambda r: r["alive"] is False and r["rss_peak_exact"] is netlink)
         assert row["rss_peak_exact"] is netlink

@@ -3,7 +3,7 @@ the memory of processes over time, from the daemon's RAM or from a recording (do
 "history").
 
 Where the points come from (``--from auto``, the default): the daemon's RAM (its
-peak-preserving ``history``, protocol.md §11.6: slots of max(1 s, interval), the last 600 s
+peak-preserving ``history``, docs/sampling.md#history: slots of max(1 s, interval), the last 600 s
 by default) when no ``--file`` is given and the RAM reaches back to the window's start for
 every process asked for (its first slot is not later than ``--since`` or the process's
 attach); else the recording (``--file``, or the daemon's flight recorder). RAM that does
