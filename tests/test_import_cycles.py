@@ -30,6 +30,7 @@ import ast
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,7 +190,7 @@ def import_cycles(edges: Iterable[Edge]) -> list[str]:
                 if (source, target) in covered:
                     continue
                 path = [source, *_shortest_path(graph, target, source, members)]
-                steps = list(zip(path, path[1:]))
+                steps = list(pairwise(path))
                 covered.update(steps)
                 places = ", ".join(where[step].place for step in steps)
                 cycles.append(f"{' → '.join(path)}  ({places})")
