@@ -1,8 +1,11 @@
 """The house rules that import-linter cannot see (``docs/architecture.md``):
 
 - only :mod:`memagent.proc` touches the kernel's and drivers' files: no other module of
-  the agent opens, lists or reads links under /proc, /sys or /dev;
-- no source module grows past 400 lines (split it along its seams instead).
+  the agent opens, lists or reads links under /proc, /sys or /dev.
+
+Size is not a rule here: ruff's C901 caps each function's complexity (``pyproject.toml``)
+and ``make lint`` warns of a module past 600 lines; import cycles are
+``test_import_cycles.py``'s.
 """
 
 from __future__ import annotations
@@ -10,11 +13,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = ROOT / "agent" / "memagent"
-SOURCES = sorted(p for top in ("agent", "tui", "protocol") for p in (ROOT / top).rglob("*.py"))
 #: Calls that reach files or directories by path.
 FILE_CALLS = {"open", "os.open", "os.listdir", "os.readlink", "os.scandir", "os.stat", "os.lstat", "io.open"}
 KERNEL_PREFIXES = ("/proc", "/sys", "/dev/kmsg")
@@ -79,8 +79,3 @@ def test_the_rules_see_a_violation(tmp_path: Path) -> None:
     paths = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
     assert "open" in calls and any(str(p).startswith(KERNEL_PREFIXES) for p in paths)
 
-
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_no_module_over_400_lines(path: Path) -> None:
-    lines = path.read_text().count("\n")
-    assert lines <= 400, f"{path.relative_to(ROOT)} has {lines} lines"
