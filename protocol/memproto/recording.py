@@ -390,7 +390,20 @@ def open_recording(paths: Sequence[str], *, since: float | None = None, until: f
 
 
 __all__ = [
-    "FORMAT_VERSION", "MAGIC", "MAX_BATCH_BYTES", "RECORDING_TYPES", "SUFFIX", "HeadroomSnapshot", "PeakStack",
-    "Playback", "RecordingError", "SegmentHeader", "SegmentReader", "SegmentWriter", "decode_recorded",
-    "open_recording", "pack_batch", "segment_files",
+    "FORMAT_VERSION",
+    "MAGIC",
+    "MAX_BATCH_BYTES",
+    "RECORDING_TYPES",
+    "SUFFIX",
+    "HeadroomSnapshot",
+    "PeakStack",
+    "Playback",
+    "RecordingError",
+    "SegmentHeader",
+    "SegmentReader",
+    "SegmentWriter",
+    "decode_recorded",
+    "open_recording",
+    "pack_batch",
+    "segment_files",
 ]
