@@ -11,6 +11,9 @@ RUN_STAMP := $(VENV)/.installed-run
 # machine (README, "On a box"); BUNDLE_FLAGS e.g. --python-version 3.10 --platform manylinux2014_aarch64.
 DIST   ?= dist
 BUNDLE_FLAGS ?=
+# `make lint` warns of a source module past this many lines (a warning: complexity is the
+# rule, ruff's C901 in pyproject.toml).
+LONG_MODULE ?= 600
 
 .PHONY: demo test bench lint clean venv bundle
 
@@ -45,6 +48,10 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/mypy packaging/build_bundle.py packaging/wheel_closure.py
 	$(BIN)/lint-imports --no-cache
+	@# Long modules: a warning, never a failure (docs/architecture.md, "Size and complexity").
+	@find protocol agent tui -name '*.py' -exec wc -l {} + | sort -k2 | \
+		awk '$$2 != "total" && $$1 > $(LONG_MODULE) \
+			{ print "warning: " $$2 " has " $$1 " lines (> $(LONG_MODULE)): split it along its seams" }'
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -4,8 +4,11 @@
   files: /proc, /sys, /dev) and :mod:`memagent.store` (the daemon's own: its state
   directory, the flight recorder's segments, the metrics textfile, the socket's lock
   file; the other rooms call its helpers); no other module opens, lists or inspects
-  files, and none but ``proc`` names a kernel path;
-- no source module grows past 400 lines (split it along its seams instead).
+  files, and none but ``proc`` names a kernel path.
+
+Size is not a rule here: ruff's C901 caps each function's complexity (``pyproject.toml``)
+and ``make lint`` warns of a module past 600 lines; import cycles are
+``test_import_cycles.py``'s.
 """
 
 from __future__ import annotations
@@ -13,11 +16,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = ROOT / "agent" / "memagent"
-SOURCES = sorted(p for top in ("agent", "tui", "protocol") for p in (ROOT / top).rglob("*.py"))
 #: Calls that reach files or directories by path.
 FILE_CALLS = {"open", "os.open", "os.listdir", "os.readlink", "os.scandir", "os.stat", "os.lstat", "io.open"}
 KERNEL_PREFIXES = ("/proc", "/sys", "/dev/kmsg")
@@ -76,8 +76,3 @@ def test_the_rules_see_a_violation(tmp_path: Path) -> None:
     paths = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
     assert "open" in calls and any(str(p).startswith(KERNEL_PREFIXES) for p in paths)
 
-
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_no_module_over_400_lines(path: Path) -> None:
-    lines = path.read_text().count("\n")
-    assert lines <= 400, f"{path.relative_to(ROOT)} has {lines} lines"

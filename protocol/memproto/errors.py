@@ -1,4 +1,6 @@
-"""Errors raised while decoding or framing. All derive from :class:`ProtocolError`.
+"""Errors raised while decoding or framing, or reading a recording. All derive from
+:class:`ProtocolError`, the wire's root (the agent's is :class:`memagent.errors.MemagentError`,
+a client's :class:`memproto.client_side.ClientError`).
 
 A decoding error names the frame type and the field, so a peer sending a bad frame
 learns what was wrong instead of the daemon failing with a ``KeyError``.
@@ -40,3 +42,13 @@ class IncompatibleVersion(ProtocolError):
         self.theirs = theirs
         self.ours = ours
         super().__init__(f"peer speaks protocol v{theirs}, this side speaks v{ours}")
+
+
+class RecordingError(ProtocolError):
+    """A file that is not a recording this version can read (the message names it).
+
+    A recording is wire frames in a file, read by the wire's code (``memproto.recording``,
+    which re-exports it), so its root is the wire's. Where ``ProtocolError`` is caught
+    (the daemon's sessions, the CLI's ``main``, memtop's link) no recording is read; the
+    readers of recordings catch :class:`RecordingError` by name.
+    """

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, ClassVar
 import msgpack
 
 from .codec import decode_body, encode, encode_sample, unpack
-from .errors import ProtocolError
+from .errors import ProtocolError, RecordingError
 from .frames import Detached, Frame, Sample
 from .framing import frame_bytes
 from .limits import HEADER_BYTES, MAX_FRAME_BYTES
@@ -56,10 +56,6 @@ ZDICT = msgpack.packb([
     "vram_peak_bytes", "rss_peak_exact"), use_bin_type=True)
 #: Largest decompressed batch a reader accepts (a batch is about a second of frames).
 MAX_BATCH_BYTES = 64 * 1024 * 1024
-
-
-class RecordingError(Exception):
-    """A file that is not a recording this version can read (the message names it)."""
 
 
 @wire
@@ -394,7 +390,20 @@ def open_recording(paths: Sequence[str], *, since: float | None = None, until: f
 
 
 __all__ = [
-    "FORMAT_VERSION", "MAGIC", "MAX_BATCH_BYTES", "RECORDING_TYPES", "SUFFIX", "HeadroomSnapshot", "PeakStack",
-    "Playback", "RecordingError", "SegmentHeader", "SegmentReader", "SegmentWriter", "decode_recorded",
-    "open_recording", "pack_batch", "segment_files",
+    "FORMAT_VERSION",
+    "MAGIC",
+    "MAX_BATCH_BYTES",
+    "RECORDING_TYPES",
+    "SUFFIX",
+    "HeadroomSnapshot",
+    "PeakStack",
+    "Playback",
+    "RecordingError",
+    "SegmentHeader",
+    "SegmentReader",
+    "SegmentWriter",
+    "decode_recorded",
+    "open_recording",
+    "pack_batch",
+    "segment_files",
 ]

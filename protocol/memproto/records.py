@@ -246,21 +246,28 @@ class DaemonStatus:
     alerts_recent: list[Alert] = field(default_factory=list)
     #: v1.3: memory PSI "some avg10" (percent), nil where /proc/pressure is missing.
     pressure: float | None = None
-    #: v1.4: process events from "netlink" (fork, exec, exit records) or "polling"; why not netlink.
+    #: v1.4: where process events come from: "netlink" (the kernel's fork and exec events
+    #: and exit records) or "polling" (/proc only); and why not netlink, for humans.
     process_events: str = "polling"
     process_events_note: str | None = None
-    #: v1.5: what the daemon failed to read at its last try and works around, for humans.
+    #: v1.5: what the daemon failed to read at its last try and works around, for humans,
+    #: e.g. a /proc/meminfo that does not parse (the last good reading is used); empty
+    #: when all is well.
     faults: list[str] = field(default_factory=list)
-    #: v1.6: the flight recorder: "on", "paused" (a write failed; the note says why) or "off";
-    #: its directory (nil when off, and for clients that do not see all); its segments' bytes.
+    #: v1.6: the flight recorder (docs/recording.md): "on", "paused" (a write failed, e.g.
+    #: the disk is full: sampling goes on, ``recording_note`` says why) or "off"; its
+    #: directory (nil when off, and for clients that do not see all), and the bytes its
+    #: segments hold.
     recording: str = "off"
     recording_dir: str | None = None
     recording_bytes: int = 0
     recording_note: str | None = None
-    #: v1.7: where per-process GPU memory comes from: "nvml", "nvmap" or "none"; and why.
+    #: v1.7: where per-process GPU memory comes from: "nvml", "nvmap" (a Jetson's nvmap
+    #: debugfs) or "none"; and why that one, for humans.
     gpu_source: str = "none"
     gpu_source_note: str | None = None
-    #: v1.7: what samples a growing process's stacks ("austin", "dumps", "off"), why; bursts.
+    #: v1.7: what samples a growing process's stacks ("austin", "dumps", "off"), why, for
+    #: humans, and the Austin bursts started since the daemon started.
     stack_sampler: str = "off"
     stack_sampler_note: str | None = None
     sampler_bursts: int = 0

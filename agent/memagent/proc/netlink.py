@@ -149,7 +149,12 @@ def _possible_cpus() -> str:
 
 
 class _Refused(Exception):
-    """Why the kernel will not tell us, in words."""
+    """Why the kernel will not tell us, in words.
+
+    Control flow private to this module, not an error of the tree: the openers raise it
+    and :func:`open_source` turns it into its reason (``None, "taskstats: ..."``), so it
+    never leaves here and no client sees it (hence no ``code``, no :class:`MemagentError`).
+    """
 
 
 _NOT_PERMITTED = "not permitted: needs root (CAP_NET_ADMIN)"
