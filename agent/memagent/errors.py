@@ -120,6 +120,8 @@ class RecordDirRefused(MemagentError):
 #: The ``--json`` error code of an output file that cannot be written (``record``,
 #: ``plot``, ``run --report``): the client's own, with hyphens (docs/cli.md).
 CANNOT_WRITE = "cannot-write"
+#: ``history``, ``report``, ``plot``: no recording to read, or not a recording (exit 1).
+NO_RECORDING = "no-recording"
 
 
 class CommandFailed(MemagentError):

@@ -35,7 +35,7 @@ from plot_recording import (
 )
 from plot_recording import fleet as fleet_of
 
-from memagent.cli.plot_cmd import MISSING_MATPLOTLIB
+from memagent.recordings.plot_file import MISSING_MATPLOTLIB
 from memagent.recordings.timeline import build_timeline
 from memproto.recording import open_recording
 
@@ -334,7 +334,7 @@ def test_png_without_matplotlib_says_which_extra_in_one_line(fleet: Written, tmp
         out = tmp_path / f"x.{suffix}"
         r = subprocess.run([python, "-m", "memagent.cli", "plot", str(fleet.path), "-o", str(out)],
                            capture_output=True, text=True, timeout=30)
-        assert (r.returncode, r.stderr, r.stdout) == (2, MISSING_MATPLOTLIB + "\n", ""), r
+        assert (r.returncode, r.stderr, r.stdout) == (2, f"memagent plot: {MISSING_MATPLOTLIB}\n", ""), r
         assert not out.exists()
     out = tmp_path / "x.html"  # the same interpreter writes HTML: it needs nothing
     r = subprocess.run([python, "-m", "memagent.cli", "plot", str(fleet.path), "-o", str(out), "--json"],

@@ -6,14 +6,29 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
+from types import SimpleNamespace
 from typing import cast
 
+import pytest
+
 from memagent.client import Client
-from memagent.gate.fits import HOST, FitVerdict, Need, judge, summary
-from memagent.gate.outputs import Outcome, ProcessPeak, RunBudget, failures, junit_xml, markdown, report_json
+from memagent.errors import CommandFailed
+from memagent.gate.fits import CANNOT_TELL, HOST, FitVerdict, Need, admission, judge, summary
+from memagent.gate.outputs import (
+    BAD_REPORT,
+    Outcome,
+    ProcessPeak,
+    RunBudget,
+    failures,
+    junit_xml,
+    markdown,
+    read_report,
+    report_json,
+)
 from memagent.gate.run import Watch, exit_status
 from memproto.frames import Attached, Exited, Sample
-from memproto.records import SAMPLE_COLUMNS, Contributor, Headroom, ProcessInfo
+from memproto.records import SAMPLE_COLUMNS, Contributor, DaemonStatus, GpuInfo, Headroom, ProcessInfo
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -139,3 +154,48 @@ def test_the_watch_judges_raw_peaks_per_process_and_on_vram() -> None:
     vram = Watch(cast(Client, None), RunBudget(rss=None, vram=GiB, per_process=False), None)
     vram.on_frame(sample(1, [(10, True, MiB, 600 * MiB), (11, True, MiB, 600 * MiB)]))
     assert vram.raw_over()
+
+
+# --------------------------------------------------------------------------- admit: the judgement, the report read back
+
+
+def status_of(room: list[Headroom], gpus: list[GpuInfo], gpu_note: str | None = None) -> DaemonStatus:
+    """The parts of a daemon's status ``admission`` reads."""
+    return cast(DaemonStatus, SimpleNamespace(headroom=room, gpus=gpus, gpu_note=gpu_note))
+
+
+def test_admission_judges_the_host_and_the_gpu_asked_for_else_the_roomiest() -> None:
+    gpus = [GpuInfo(0, "A", "GPU-a", 80 * GiB, 70 * GiB), GpuInfo(1, "B", "GPU-b", 80 * GiB, 10 * GiB)]
+    room = [headroom(HOST, 16 * GiB, 10 * GiB), headroom("GPU-a", 80 * GiB, 70 * GiB),
+            headroom("GPU-b", 80 * GiB, 10 * GiB)]
+    judged, chosen, gpu = admission(status_of(room, gpus), 4 * GiB, 20 * GiB, None)
+    assert gpu == "GPU-b" and [v.resource for v in judged] == [HOST, "GPU-b", "GPU-a"]
+    assert [v.resource for v in chosen] == [HOST, "GPU-b"] and all(v.fits for v in chosen)
+    _, chosen, gpu = admission(status_of(room, gpus), 4 * GiB, 20 * GiB, "0")
+    assert gpu == "GPU-a" and [v.fits for v in chosen] == [True, False]
+    judged, chosen, gpu = admission(status_of(room, gpus), 4 * GiB, None, None)
+    assert gpu is None and judged == chosen and len(chosen) == 1
+
+
+def test_admission_that_cannot_judge_says_why() -> None:
+    room = [headroom(HOST, 16 * GiB, 0)]
+    with pytest.raises(CommandFailed, match=r"sees no GPU 3 \(it sees: none\)") as exc:
+        admission(status_of(room, []), GiB, GiB, "3")
+    assert exc.value.code == CANNOT_TELL
+    with pytest.raises(CommandFailed, match=r"sees no GPU: cannot judge --vram \(no driver\)"):
+        admission(status_of(room, [], "no driver"), GiB, GiB, None)
+    with pytest.raises(CommandFailed, match=r"^host: cannot tell \(the daemon has no figure for it\)$"):
+        admission(status_of([], []), GiB, None, None)
+
+
+def test_a_run_report_is_read_back_for_its_peaks(tmp_path: Path) -> None:
+    good = tmp_path / "run.json"
+    good.write_text(json.dumps({"rss_peak_bytes": GiB, "vram_peak_bytes": None, "status": 0}))
+    assert read_report(str(good)) == (GiB, None)
+    for text in ("[]", '{"rss_peak_bytes": true}', '{"rss_peak_bytes": 1, "vram_peak_bytes": -1}', "{"):
+        good.write_text(text)
+        with pytest.raises(CommandFailed, match="not a memagent run report") as exc:
+            read_report(str(good))
+        assert exc.value.code == BAD_REPORT
+    with pytest.raises(CommandFailed, match=r"cannot read .*missing\.json: "):
+        read_report(str(tmp_path / "missing.json"))

@@ -1,7 +1,7 @@
 """``memagent admit --rss SIZE [--vram SIZE] [--gpu N] | --report FILE``: would a process
 with these peaks fit on this box now, beside what the daemon watches? Nothing is run: the
 pre-deployment check an operator makes before starting model N+1 (the judgement:
-:mod:`.fits`).
+:mod:`memagent.gate.fits`; the report read back: :mod:`memagent.gate.outputs`).
 
 Exit status: 0 it fits; 3 it does not; 1 the daemon cannot tell (a GPU it does not see) or
 the report cannot be read; 2 no daemon, or a usage error. ``--json``: the verdict of each
@@ -11,23 +11,13 @@ resource (docs/cli.md).
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
-from typing import Any, TypeGuard
 
-from memproto.text import printable
-
-from ..client import connect
-from ..gate.fits import HOST, FitVerdict, Need, best_gpu, gpu_uuid, judge, summary
 from ..prose import human_bytes
 from .args import Parser, UsageError, size_arg
 from .exits import EXIT_FAILED, EXIT_OK, EXIT_OVER_BUDGET, CommandFailed, fail, print_json
 
 PROG = "memagent admit"
-#: A run report is a few KiB; anything this big is not one.
-MAX_REPORT = 16 << 20
-BAD_REPORT = "bad-report"
-CANNOT_TELL = "cannot-tell"
 
 
 def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
@@ -43,59 +33,19 @@ def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -
     p.add_argument("--gpu", metavar="N", help="the GPU it would use: index or UUID (default: any)")
 
 
-def read_report(path: str) -> tuple[int, int | None]:
-    """The RSS and VRAM peaks of a ``memagent run --report`` file."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_REPORT + 1)
-    except OSError as exc:
-        raise CommandFailed(BAD_REPORT, f"cannot read {printable(path)}: {exc.strerror or exc}") from None
-    try:
-        report: Any = json.loads(data) if len(data) <= MAX_REPORT else None
-    except (ValueError, RecursionError):
-        report = None
-    rss = report.get("rss_peak_bytes") if isinstance(report, dict) else None
-    vram = report.get("vram_peak_bytes") if isinstance(report, dict) else None
-    if not _size(rss) or not (vram is None or _size(vram)):
-        raise CommandFailed(BAD_REPORT, f"{printable(path)}: not a memagent run report (no rss_peak_bytes)")
-    return rss, vram
-
-
-def _size(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62
-
-
-def verdicts(args: argparse.Namespace, rss: int, vram: int | None) -> tuple[list[FitVerdict], str | None]:
-    """Host, and the GPU (the one asked for, else the roomiest); the GPU chosen."""
-    with connect(args.socket) as client:
-        status = client.status()
-    host = judge([Need(HOST, rss)], status.headroom)
-    if vram is None:
-        return host, None
-    if args.gpu is not None:
-        uuid = gpu_uuid(status, args.gpu)
-        if uuid is None:
-            seen = ", ".join(f"{g.index} {g.uuid}" for g in status.gpus) or "none"
-            raise CommandFailed(CANNOT_TELL, f"the daemon sees no GPU {printable(args.gpu)} (it sees: {seen})")
-        return host + judge([Need(uuid, vram)], status.headroom), uuid
-    gpus = best_gpu(vram, status)
-    if not gpus:
-        raise CommandFailed(CANNOT_TELL, "the daemon sees no GPU: cannot judge --vram"
-                            + (f" ({printable(status.gpu_note)})" if status.gpu_note else ""))
-    return host + gpus, gpus[0].resource
-
-
 def admit(args: argparse.Namespace) -> int:
     if args.gpu is not None and args.vram is None and args.report is None:
         raise UsageError(PROG, "--gpu needs --vram (or --report)")
     if args.report is not None and args.vram is not None:
         raise UsageError(PROG, "--vram goes with --rss, not --report (the report has its VRAM peak)")
+    from ..client import connect  # the judge and the report reader: when the command runs
+    from ..gate.fits import admission, summary
+    from ..gate.outputs import read_report
+
     rss, vram = read_report(args.report) if args.report is not None else (args.rss, args.vram)
-    judged, gpu = verdicts(args, rss, vram)
-    unknown = [v for v in judged if v.capacity_bytes is None]
-    if unknown:
-        raise CommandFailed(CANNOT_TELL, unknown[0].line())
-    chosen = [v for v in judged if v.resource in (HOST, gpu)]
+    with connect(args.socket) as client:
+        status = client.status()
+    judged, chosen, gpu = admission(status, rss, vram, args.gpu)
     fits = all(v.fits for v in chosen)
     if args.json:
         print_json({"fits": fits, "rss_bytes": rss, "vram_bytes": vram, "gpu": gpu,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from memproto.paths import SYSTEM_SOCKET
@@ -50,14 +50,33 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(self.prog, message, hint=True)
 
 
-def pid_arg(value: str) -> int:
-    try:
-        pid = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a PID: {value!r}") from None
-    if not 0 < pid <= PID_MAX:
-        raise argparse.ArgumentTypeError(f"not a PID: {value!r} (1 to {PID_MAX})")
-    return pid
+def int_range_arg(lo: int, hi: int, what: str, *, say_range: bool = False) -> Callable[[str], int]:
+    """The type of an integer argument from ``lo`` to ``hi``: else ``not WHAT: 'TEXT'``
+    (``say_range``: with `` (LO to HI)`` after it when the number is out of range)."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}" + (f" ({lo} to {hi})" if say_range else ""))
+        return n
+
+    return parse
+
+
+pid_arg = int_range_arg(1, PID_MAX, "a PID", say_range=True)
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser, *, label: bool = True,
+                            pid_help: str = "only this process (repeatable)") -> None:
+    """``[--pid PID …] [--label L …]`` (``label``: with ``--label``): the processes a command
+    reads or records (``plot``, ``report``, ``record``), into ``args.pid`` and ``args.label``."""
+    parser.add_argument("--pid", type=pid_arg, action="append", default=[], metavar="PID", help=pid_help)
+    if label:
+        parser.add_argument("--label", action="append", default=[], metavar="LABEL",
+                            help="only the processes with this label (repeatable)")
 
 
 def socket_arg(value: str) -> str:

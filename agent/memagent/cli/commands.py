@@ -11,13 +11,13 @@ import sys
 from memproto.records import DaemonStatus
 from memproto.schema import to_wire
 from memproto.text import label_problem, printable
-from memproto.vocabulary import AtPeakState, Severity, StackState
+from memproto.vocabulary import Severity, StackState
 
 from ..client import Client, connect
-from ..prose import frame_text, human_bytes
+from ..prose import human_bytes
 from .args import UsageError
 from .exits import EXIT_CRITICAL, EXIT_FAILED, EXIT_OK, EXIT_WARNING, print_json, results
-from .render import format_stack, format_table, process_json, status_lines
+from .render import format_table, process_json, stack_reply_lines, status_lines
 
 STATUS_EPILOG = (f"exit status (a health check): {EXIT_OK} no alert firing, {EXIT_WARNING} a warning alert is "
                  f"firing, {EXIT_CRITICAL} a critical alert is firing (the most severe counts; with --json too); "
@@ -106,19 +106,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
     if args.json:
         print_json({k: v for k, v in to_wire(reply).items() if k != "id"})
         return status
-    print(f"{reply.pid}: stack state {reply.state}" + (f": {printable(reply.message)}" if reply.message else ""))
-    if reply.latest:
-        print("\n".join(format_stack(reply.latest, "latest stack")))
-    if reply.at_peak and reply.at_peak != reply.latest:
-        print("\n".join(format_stack(reply.at_peak, "stack at peak")))
-    elif reply.at_peak:
-        print("stack at peak: the latest stack")
-    elif reply.stack_at_peak_state == AtPeakState.MISSED:
-        print("stack at peak: missed (no stack was taken while memory rose to the peak)")
-    if reply.by_line:
-        print("where memory grew (stacks read while the RSS rose; correlation, not proof):")
-        for s in reply.by_line[:10]:
-            print(f"  {human_bytes(s.bytes):>10}  {s.samples:>4}x  {frame_text(s.function, s.filename, s.line)}")
+    print("\n".join(stack_reply_lines(reply)))
     return status
 
 

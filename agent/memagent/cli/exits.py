@@ -25,6 +25,7 @@ from memproto.vocabulary import ErrorCode
 
 # The commands' failure, raised by the rooms too, is declared in errors.py; the commands take it from here.
 from ..errors import CANNOT_WRITE as CANNOT_WRITE
+from ..errors import NO_RECORDING as NO_RECORDING
 from ..errors import CommandFailed as CommandFailed
 
 EXIT_OK: Final = 0
@@ -41,8 +42,6 @@ EXIT_INTERRUPTED: Final = 130
 USAGE: Final = "usage"
 #: The command failed in a way it does not expect: a bug of the client (exit 1).
 UNEXPECTED: Final = "unexpected"
-#: ``history``, ``report``, ``plot``: no recording to read, or not a recording (exit 1).
-NO_RECORDING: Final = "no-recording"
 
 #: What each exit status means, as the man page says it (roff; docs/cli.md, where the contract is
 #: written out): given to :func:`memagent.install.shellfiles.man_page`.

@@ -15,7 +15,7 @@ from memproto.client_side import ClientError, ConnectionLost, DaemonNotRunning
 from memproto.text import printable
 
 from ..errors import MemagentError
-from .args import Parser, UsageError, seconds_arg, size_arg
+from .args import Parser, UsageError, int_range_arg, seconds_arg, size_arg
 from .exits import EXIT_NO_DAEMON, EXIT_OVER_BUDGET, CommandFailed
 
 PROG = "memagent run"
@@ -27,14 +27,7 @@ EPILOG = ("Exit status: CMD's own when within budget; 3 when over (--over-budget
           "what the daemon watches exceed the box's capacity. SIZE: 512MiB, 2G, 1.5GiB, 2Gi, bytes.")
 
 
-def status_arg(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an exit status: {text!r}") from None
-    if not 0 <= n <= 255:
-        raise argparse.ArgumentTypeError(f"not an exit status: {text!r} (0 to 255)")
-    return n
+status_arg = int_range_arg(0, 255, "an exit status", say_range=True)
 
 
 def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from memproto.text import printable
 
-from ..install.shellfiles import SHELLS, CommandLine, CompletionUnavailable, completion
+from ..install import SHELLS
 from .args import UsageError
 from .exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_MAN
 
@@ -45,6 +45,7 @@ def cmd_install_service(args: argparse.Namespace) -> int:
         print(f"{PROG}: must be run as root (see what it would do with --dry-run)", file=sys.stderr)
         return EXIT_FAILED
     from ..install.installer import Installer, InstallFailed, install, uninstall
+    from ..install.shellfiles import CommandLine
 
     box = Installer(args.root, args.dry_run, sys.stdout)
     try:
@@ -60,6 +61,8 @@ def cmd_install_service(args: argparse.Namespace) -> int:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
+    from ..install.shellfiles import CompletionUnavailable, completion
+
     try:
         script = completion(args.whole_parser(), args.shell)
     except CompletionUnavailable as exc:

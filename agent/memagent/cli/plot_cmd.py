@@ -2,10 +2,9 @@
 RSS and GPU memory per process over a recording, each peak marked with its value and
 time, the Σ peaks and the capacity, alerts and exits (docs/cli.md, "plot").
 
-The format is the suffix of ``-o``. PNG and SVG are drawn by matplotlib, the optional
-``memagent[plot]`` extra, imported here only when asked for (:mod:`.plot_mpl`); HTML needs
-nothing (:mod:`.plot_html`). The file is written whole or not at all (a temporary file
-beside it, renamed), and not at all when the window holds nothing to draw.
+The format is the suffix of ``-o``. PNG and SVG need matplotlib, the optional
+``memagent[plot]`` extra; HTML needs nothing. The file is written whole or not at all, and
+not at all when the window holds nothing to draw (:mod:`memagent.recordings.plot_file`).
 """
 
 from __future__ import annotations
@@ -13,25 +12,14 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Sequence
-from types import ModuleType
 
-from memproto.units import format_size
-
-from ..errors import RecordingUnavailable
-from .args import Parser, UsageError, pid_arg
-from .exits import EXIT_USAGE, NO_RECORDING, finish
+from .args import Parser, UsageError, add_selection_arguments
+from .exits import EXIT_USAGE, finish
 from .recording_args import add_source_arguments, load_timeline
 
 PROG = "memagent plot"
 FORMATS = ("png", "svg", "html")
 DEFAULT_SIZE = (1400, 800)
-MISSING_MATPLOTLIB = ("memagent plot: PNG and SVG need matplotlib: pip install 'memagent[plot]' "
-                      "(or write .html, which needs nothing)")
-
-#: ``--json`` error codes of this command (the client's own: hyphens, docs/cli.md; and
-#: report.NO_RECORDING, shared with history and report).
-NO_SAMPLES = "no-samples"
-MISSING_EXTRA = "missing-extra"
 
 EPILOG = ("The format is the suffix of -o: .png and .svg need the plot extra (pip install 'memagent[plot]'); "
           ".html is one self-contained page (no network). Exit 0 written; 1 no recording, nothing in the "
@@ -58,10 +46,7 @@ def add_parser(sub: argparse._SubParsersAction[Parser], parents: Sequence[Parser
     add_source_arguments(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.png|OUT.svg|OUT.html",
                    help="the file to write; its suffix is the format")
-    p.add_argument("--pid", type=pid_arg, action="append", default=[], metavar="PID",
-                   help="only this process (repeatable)")
-    p.add_argument("--label", action="append", default=[], metavar="LABEL",
-                   help="only the processes with this label (repeatable)")
+    add_selection_arguments(p)
     p.add_argument("--size", type=pixels_arg, default=DEFAULT_SIZE, metavar="WxH",
                    help=f"PNG/SVG size in pixels ({DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]})")
 
@@ -74,63 +59,16 @@ def output_format(path: str) -> str:
     return fmt
 
 
-def _matplotlib_renderer() -> ModuleType:
-    from ..recordings.plot_file import PlotFailed
-
-    try:
-        from ..recordings import plot_mpl
-    except ImportError as exc:
-        if (exc.name or "").partition(".")[0] == "matplotlib":
-            raise PlotFailed(MISSING_EXTRA, MISSING_MATPLOTLIB.removeprefix(f"{PROG}: "), EXIT_USAGE) from None
-        raise PlotFailed(MISSING_EXTRA, f"matplotlib cannot be imported ({exc}): pip install 'memagent[plot]' "
-                         "(or write .html, which needs nothing)", EXIT_USAGE) from None
-    return plot_mpl
-
-
-def _nothing(args: argparse.Namespace) -> str:
-    who = [f"PID {p}" for p in args.pid] + [f"label {label!r}" for label in args.label]
-    window = "".join(f" {flag} {getattr(args, flag.strip('-'))}" for flag in ("--since", "--until")
-                     if getattr(args, flag.strip("-")) is not None)
-    what = f"no samples of {' or '.join(who)}" if who else "no samples"
-    return f"{what} in the recording{' window' + window if window else ''}; nothing written"
-
-
 def make_plot(args: argparse.Namespace) -> tuple[dict[str, object], str]:
     """Write the plot ``args`` asks for; what was written (the ``--json`` object, a line)."""
-    from ..recordings.plot_data import (  # the reader: imported when the command runs, not when the parser is built
-        plot_data,
-        title,
-    )
-    from ..recordings.plot_file import PlotFailed, check_plot_path, write_whole
-    from ..recordings.timeline import iso
-
     fmt = output_format(args.output)
-    check_plot_path(args.output)
-    render: Callable[..., bytes] | None = None
-    if fmt in ("png", "svg"):
-        render = _matplotlib_renderer().render
-    try:
-        timeline = load_timeline(args, PROG, pids=args.pid, labels=args.label)
-    except RecordingUnavailable as exc:
-        raise PlotFailed(NO_RECORDING, str(exc)) from None
-    data = plot_data(timeline)
-    if data is None or not data.processes:
-        raise PlotFailed(NO_SAMPLES, _nothing(args))
-    if render is not None:
-        content = render(data, fmt, args.size)
-    else:
-        from ..recordings.plot_html import render as render_html
+    from ..recordings.plot_file import MissingExtra, PlotFailed, nothing_line, write_plot  # when it runs
 
-        content = render_html(data, title(data))
-    write_whole(args.output, content)
-    path = os.path.abspath(args.output)
-    done: dict[str, object] = {"file": path, "format": fmt, "processes": len(data.processes),
-                               "samples": data.samples, "first": iso(data.first), "last": iso(data.last),
-                               "bytes": len(content)}
-    n = len(data.processes)
-    line = (f"{path}: {fmt}, {n} process{'es' if n != 1 else ''}, {data.samples} samples from {iso(data.first)} "
-            f"to {iso(data.last)} ({format_size(len(content), long=True)})")
-    return done, line
+    try:
+        return write_plot(lambda: load_timeline(args, PROG, pids=args.pid, labels=args.label), args.output, fmt,
+                          args.size, nothing_line(args.pid, args.label, args.since, args.until))
+    except MissingExtra as exc:  # the plot extra is missing: exit 2, as a usage error
+        raise PlotFailed(exc.code, str(exc), EXIT_USAGE) from None
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

@@ -1,15 +1,16 @@
-"""Text for people: the process table, the status report and Python stacks, as the
-``memagent`` commands print them (``--json`` prints the wire records instead)."""
+"""Text for people: the process table, the status report and Python stacks (``stack``'s
+reply), as the ``memagent`` commands print them (``--json`` prints the wire records instead)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from memproto.frames import StackOk
 from memproto.records import DaemonStatus, ProcessInfo, StackDump
 from memproto.schema import to_wire
 from memproto.text import printable
-from memproto.vocabulary import Resource
+from memproto.vocabulary import AtPeakState, Resource
 
 from ..prose import frame_text, human_bytes
 
@@ -110,4 +111,23 @@ def format_stack(dump: StackDump, title: str) -> list[str]:
         lines.append(f" {mark} thread {printable(t.name) if t.name else t.thread_id} "
                      f"({state}{', holds the GIL' if t.owns_gil else ''})")
         lines.extend(f"      {frame_text(f.name, f.filename, f.line)}" for f in t.frames)
+    return lines
+
+
+def stack_reply_lines(reply: StackOk) -> list[str]:
+    """``memagent stack`` without ``--json``: the state, the latest stack, the stack at the
+    peak, and where memory grew."""
+    lines = [f"{reply.pid}: stack state {reply.state}" + (f": {printable(reply.message)}" if reply.message else "")]
+    if reply.latest:
+        lines += format_stack(reply.latest, "latest stack")
+    if reply.at_peak and reply.at_peak != reply.latest:
+        lines += format_stack(reply.at_peak, "stack at peak")
+    elif reply.at_peak:
+        lines.append("stack at peak: the latest stack")
+    elif reply.stack_at_peak_state == AtPeakState.MISSED:
+        lines.append("stack at peak: missed (no stack was taken while memory rose to the peak)")
+    if reply.by_line:
+        lines.append("where memory grew (stacks read while the RSS rose; correlation, not proof):")
+        lines += [f"  {human_bytes(s.bytes):>10}  {s.samples:>4}x  {frame_text(s.function, s.filename, s.line)}"
+                  for s in reply.by_line[:10]]
     return lines

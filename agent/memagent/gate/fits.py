@@ -7,7 +7,8 @@ the one ``memagent status`` and the headroom alert would give once the newcomer 
 host is always judged; a GPU when the newcomer uses one. A resource the daemon has no
 figure for (a GPU it cannot see) cannot be judged, and a gate that cannot judge refuses.
 
-Pure: the daemon's :class:`~memproto.records.Headroom` list comes in, verdicts go out.
+Pure: the daemon's :class:`~memproto.records.Headroom` list comes in, verdicts go out
+(:func:`admission`: ``memagent admit``'s, from the daemon's status).
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from typing import Any
 from memproto.records import Contributor, DaemonStatus, Headroom
 from memproto.text import printable
 
+from ..errors import CommandFailed
 from ..prose import human_bytes
 
 HOST = "host"
+#: ``memagent admit``'s ``--json`` code when the daemon cannot tell (a GPU it does not see).
+CANNOT_TELL = "cannot-tell"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +120,33 @@ def summary(verdicts: list[FitVerdict]) -> list[str]:
         if not v.fits and v.top:
             lines.append(f"  heaviest watched there: {v.heaviest()}")
     return lines
+
+
+def admission(status: DaemonStatus, rss: int, vram: int | None,
+              gpu: str | None) -> tuple[list[FitVerdict], list[FitVerdict], str | None]:
+    """``memagent admit``'s judgement: every verdict (the host; the GPU ``gpu`` names, else
+    each GPU, the roomiest first), the ones that decide (the host and the GPU chosen), and
+    that GPU's UUID. :class:`CommandFailed` (:data:`CANNOT_TELL`) when a resource has no figure."""
+    judged, chosen = _verdicts(status, rss, vram, gpu)
+    unknown = [v for v in judged if v.capacity_bytes is None]
+    if unknown:
+        raise CommandFailed(CANNOT_TELL, unknown[0].line())
+    return judged, [v for v in judged if v.resource in (HOST, chosen)], chosen
+
+
+def _verdicts(status: DaemonStatus, rss: int, vram: int | None, gpu: str | None) -> tuple[list[FitVerdict], str | None]:
+    """Host, and the GPU (the one asked for, else the roomiest); the GPU chosen."""
+    host = judge([Need(HOST, rss)], status.headroom)
+    if vram is None:
+        return host, None
+    if gpu is not None:
+        uuid = gpu_uuid(status, gpu)
+        if uuid is None:
+            seen = ", ".join(f"{g.index} {g.uuid}" for g in status.gpus) or "none"
+            raise CommandFailed(CANNOT_TELL, f"the daemon sees no GPU {printable(gpu)} (it sees: {seen})")
+        return host + judge([Need(uuid, vram)], status.headroom), uuid
+    gpus = best_gpu(vram, status)
+    if not gpus:
+        raise CommandFailed(CANNOT_TELL, "the daemon sees no GPU: cannot judge --vram"
+                            + (f" ({printable(status.gpu_note)})" if status.gpu_note else ""))
+    return host + gpus, gpus[0].resource

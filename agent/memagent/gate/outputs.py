@@ -1,5 +1,6 @@
 """What ``memagent run`` says at the end: the verdict, the summary on stderr, the JSON
-report (``--report``), the JUnit file (``--junit``) and the GitHub step summary.
+report (``--report``), the JUnit file (``--junit``) and the GitHub step summary; and the
+report read back (:func:`read_report`, ``memagent admit --report``).
 
 Pure but for the writes: :func:`judge` takes the figures the embedded agent gave over the
 wire (:class:`Outcome`), the rest formats them.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 from xml.sax.saxutils import escape, quoteattr
 
 from memproto.records import GrowthSite, ProcessInfo, StackDump
@@ -25,6 +26,10 @@ from .fits import summary as fits_summary
 STACK_DEPTH = 20
 #: Growth sites listed (the summary shows fewer).
 TOP_SITES = 10
+#: A run report is a few KiB; anything this big is not one.
+MAX_REPORT = 16 << 20
+#: ``memagent admit``'s ``--json`` code of a report it cannot read.
+BAD_REPORT = "bad-report"
 
 
 @dataclass
@@ -259,3 +264,25 @@ def write_outputs(outcome: Outcome, budget: RunBudget, exit_status: int, report:
         except OSError as exc:
             problems.append(f"memagent run: cannot write {printable(path)}: {exc.strerror or exc}")
     return problems
+
+
+def read_report(path: str) -> tuple[int, int | None]:
+    """The RSS and VRAM peaks of a ``memagent run --report`` file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_REPORT + 1)
+    except OSError as exc:
+        raise CommandFailed(BAD_REPORT, f"cannot read {printable(path)}: {exc.strerror or exc}") from None
+    try:
+        report: Any = json.loads(data) if len(data) <= MAX_REPORT else None
+    except (ValueError, RecursionError):
+        report = None
+    rss = report.get("rss_peak_bytes") if isinstance(report, dict) else None
+    vram = report.get("vram_peak_bytes") if isinstance(report, dict) else None
+    if not _size(rss) or not (vram is None or _size(vram)):
+        raise CommandFailed(BAD_REPORT, f"{printable(path)}: not a memagent run report (no rss_peak_bytes)")
+    return rss, vram
+
+
+def _size(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62

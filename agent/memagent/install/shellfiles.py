@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 from .. import __version__
 from ..errors import MemagentError
+from . import SHELLS as SHELLS  # the shells a completion script is made for
 
-#: The shells a completion script is made for.
-SHELLS = ("bash", "zsh")
 #: Argument names (metavars) whose values are files or directories: completed as such.
 FILE_METAVARS = frozenset({"FILE", "PATH"})
 DIR_METAVARS = frozenset({"DIR"})

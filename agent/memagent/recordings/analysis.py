@@ -1,10 +1,11 @@
 """What ``memagent report`` says of a recording, as data (its ``--json``, docs/cli.md): the
 processes by peak with the stack at each peak, the highest Σ of peaks against the box,
 the alerts and OOM kills of the window. Pure: a :class:`~.timeline.Timeline` in, JSON-ready
-dicts out; the text of it is the command's (:mod:`memagent.cli.report_cmd`)."""
+dicts out; the text of it: :mod:`.report_text`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from memproto.records import Alert, StackDump, ThreadStack
@@ -82,3 +83,11 @@ def report_json(tl: Timeline, paths: list[str], top: int) -> dict[str, Any]:
             "processes_total": len(tracks), "processes": [track_json(t, tl.interval) for t in tracks[:top]],
             "sum_peaks": sums, "alerts": alerts_json([a for a in tl.alerts if a.kind != AlertKind.OOM_KILL]),
             "oom_kills": [oom_json(a) for a in tl.oom_kills], "damage": tl.damage}
+
+
+def missing_asked(tl: Timeline, pids: Sequence[int], labels: Sequence[str]) -> list[str]:
+    """What was asked for (``--pid``, ``--label``) that has no samples in ``tl``, one line each."""
+    tracks = tl.tracks.values()
+    missing = [f"no samples of PID {pid}" for pid in pids if not any(t.pid == pid for t in tracks)]
+    return missing + [f"no samples of a process labelled {label!r}" for label in labels
+                      if not any(t.label == label for t in tracks)]

@@ -1,22 +1,28 @@
 """Processes' memory over time, as ``memagent history`` shows it, from either source: the
 daemon's RAM (its ``history`` request: slots of the highest RSS, protocol.md §11.6) or a
-recording (its timeline's samples). Which source answers, and the flags, are the command's
-(:mod:`memagent.cli.history_cmd`); here the points and what was not found."""
+recording (its timeline's samples). Here the points, which source answers (:func:`gather`),
+what was not found, and the text and CSV rows; the flags are the command's
+(:mod:`memagent.cli.history_cmd`)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memproto.client_side import CannotConnect, DaemonNotRunning
 from memproto.records import Failure, ProcessInfo, Series
+from memproto.text import printable
 from memproto.vocabulary import ErrorCode
 
-from ..client import Client
-from .timeline import Timeline, Track
+from ..client import Client, connect
+from ..errors import RecordingUnavailable
+from ..prose import human_bytes
+from . import RAM as RAM
+from . import RECORDING as RECORDING
+from .timeline import Timeline, Track, iso
 
-RAM, RECORDING = "ram", "recording"
 #: (time, RSS, VRAM or None) of one point.
 Point = tuple[float, int, int | None]
 
@@ -142,3 +148,107 @@ def keep_shown(found: list[ProcessHistory], source: str, where: str, pids: Seque
             failures.append(Failure(0, ErrorCode.NO_SUCH_PROCESS, f"no process labelled {label!r} with points"
                                     f"{in_window}"))
     return Result(shown, source, where, failures)
+
+
+def of_timeline(tl: Timeline, file: str | None) -> tuple[list[ProcessHistory], str]:
+    """A recording's processes, and whence for the header (``file``: the FILE|DIR given,
+    else the daemon's flight recorder)."""
+    where = f"the recording at {file}" if file else "the daemon's flight recorder"
+    segments = f"{tl.segments} segment{'' if tl.segments == 1 else 's'}"
+    return [of_track(t, tl) for t in tl.tracks.values()], f"{where} ({segments}, host {tl.host})"
+
+
+# --------------------------------------------------------------------------- choosing the source
+
+
+@dataclass(frozen=True)
+class Query:
+    """What ``memagent history`` asks for: the processes (none: every one), the window
+    (``windowed``: a window was given), where from (``origin``: auto, RAM or RECORDING;
+    ``file``: the recording given), the daemon's socket."""
+
+    pids: Sequence[int]
+    labels: Sequence[str]
+    since: float | None
+    until: float | None
+    windowed: bool
+    origin: str
+    file: str | None
+    socket: str | None
+
+
+def gather(q: Query, read: Callable[[], tuple[list[ProcessHistory], str]]) -> Result:
+    """The processes ``q`` asks for, from the source that answers (the module's and
+    docs/cli.md's rule); ``read`` reads the recording (:func:`of_timeline`), only if needed.
+    No daemon and no recording to read: the daemon's error."""
+
+    def shown(found: list[ProcessHistory], source: str, where: str) -> Result:
+        return keep_shown(found, source, where, q.pids, q.labels, q.windowed)
+
+    if q.file or q.origin == RECORDING:
+        found, rec_where = read()
+        return shown(found, RECORDING, rec_where)
+    try:
+        client = connect(q.socket)
+    except (DaemonNotRunning, CannotConnect) as no_daemon:
+        if q.origin == RAM:
+            raise
+        try:  # no daemon: its flight recorder may still be there (the default place)
+            found, rec_where = read()
+        except RecordingUnavailable:
+            raise no_daemon from None  # neither: "no daemon" says what to do
+        return shown(found, RECORDING, rec_where)
+    with client:
+        ram, covered = from_ram(client, q.pids, q.labels, q.since, q.until)
+        path = client.path
+    where = f"the daemon's RAM ({path})"
+    if q.origin == RAM or covered:
+        return shown(ram, RAM, where)
+    try:
+        found, rec_where = read()
+    except RecordingUnavailable as exc:
+        result = shown(ram, RAM, where)
+        result.notes.append(f"the daemon's RAM does not reach back to --since and there is no recording to read "
+                            f"({exc}): showing what the RAM holds")
+        return result
+    if not any(p.points for p in found):
+        result = shown(ram, RAM, where)
+        result.notes.append("the recording holds nothing of these processes in the window: showing what the "
+                            "daemon's RAM holds")
+        return result
+    return shown(found, RECORDING, rec_where)
+
+
+# --------------------------------------------------------------------------- the result as text and CSV
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 10)}"
+
+
+def text_lines(result: Result) -> list[str]:
+    """``memagent history`` without ``--csv`` or ``--json``."""
+    what = ("slots of {step:g} s, each the highest RSS sampled in it" if result.source == RAM
+            else "one point per sample, every {step:g} s")
+    lines = [f"source: {printable(result.where)}"]
+    if not result.processes:
+        lines.append("no process has points in this window")
+    for p in result.processes:
+        peak, when = p.peak()
+        gpu = any(v is not None for _, _, v in p.points)
+        name = printable(p.label or p.name or str(p.pid))
+        exited = f", exited {iso(p.exited_at)}" if p.exited_at is not None else ""
+        lines.append(f"{p.pid} ({name}): peak {human_bytes(peak)} at {iso(when) if when else 'n/a'} in the window; "
+                     f"process peak {human_bytes(p.rss_peak_bytes)}{'' if p.rss_peak_exact else '~'}{exited}; "
+                     + what.format(step=p.step))
+        lines.append(f"  {'TIME':<23} {'RSS':>10}" + (f" {'VRAM':>10}" if gpu else ""))
+        for t, rss, vram in p.points:
+            lines.append(f"  {_clock(t):<23} {human_bytes(rss):>10}" + (f" {human_bytes(vram):>10}" if gpu else ""))
+    return lines
+
+
+def csv_rows(result: Result) -> Iterator[tuple[object, ...]]:
+    """The ``--csv`` rows under its header: time, pid, start_time, label, rss_bytes, vram_bytes."""
+    for p in result.processes:
+        for t, rss, vram in p.points:
+            yield f"{t:.3f}", p.pid, f"{p.start_time:.2f}", p.label or "", rss, "" if vram is None else vram

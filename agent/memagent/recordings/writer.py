@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
 
 from memproto.client_side import ConnectionLost, DaemonTimeout, RequestFailed
 from memproto.frames import AlertRaised, Attached, Detached, Dropped, Exited, Frame, Sample, StackStateChanged
@@ -25,8 +28,9 @@ from memproto.recording import FORMAT_VERSION, HeadroomSnapshot, PeakStack, Segm
 from memproto.records import DaemonStatus, ProcessInfo
 from memproto.vocabulary import StackState
 
-from ..client import Client
+from ..client import Client, connect
 from ..errors import CANNOT_WRITE, CommandFailed
+from ..prose import human_bytes
 
 #: Seconds between two batches written, and between two headroom snapshots.
 FLUSH_EVERY = 1.0
@@ -231,3 +235,60 @@ def record_until(rec: RecordingWriter, duration: float | None, stopped: Callable
         return f"the daemon went away ({exc})"
     finally:
         rec.flush()
+
+
+class Stopper:
+    """SIGINT and SIGTERM set a flag the loop reads between frames, instead of raising in
+    the middle of a write."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> Stopper:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._set)
+        return self
+
+    def _set(self, sig: int, _frame: FrameType | None) -> None:
+        self.signal = sig
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+def record(sock: str | None, output: str, force: bool, pids: Sequence[int],
+           duration: float | None) -> tuple[dict[str, object], str]:
+    """``memagent record``: record what the daemon at ``sock`` sends of ``pids`` (none:
+    every process this client may see) to ``output`` until ``duration``, SIGINT or SIGTERM;
+    what was written (the ``--json`` object, a line). The daemon gone: :class:`RecordFailed`,
+    the file complete up to then."""
+    check_output(output, force)
+    started = time.monotonic()
+    with connect(sock, timeout=REQUEST_TIMEOUT) as client:
+        fd = create(output, force)
+        rec = RecordingWriter(client, fd, output, list(pids))
+        lost: str | None = None
+        try:
+            with Stopper() as stopper:
+                try:
+                    rec.begin()
+                except (ConnectionLost, DaemonTimeout) as exc:
+                    lost = f"the daemon went away ({exc})"
+                else:
+                    lost = record_until(rec, duration, lambda: stopper.signal is not None)
+        finally:
+            size = rec.close()
+    seconds = round(time.monotonic() - started, 3)
+    path = os.path.abspath(output)
+    n = rec.counts
+    done: dict[str, object] = {"file": path, "seconds": seconds, "frames": n.frames, "samples": n.samples,
+                               "processes": len(n.processes), "bytes": size}
+    line = (f"{path}: {seconds:.1f} s, {n.samples} samples, {n.frames} frames, {len(n.processes)} "
+            f"process{'' if len(n.processes) == 1 else 'es'}, "
+            f"{human_bytes(size)}")
+    if lost is not None:
+        raise RecordFailed(ConnectionLost.code, f"{lost} after {seconds:.1f} s; {path} holds what came before "
+                           f"({n.samples} samples)")
+    return done, line
