@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
@@ -141,10 +142,27 @@ def test_the_watch_follows_the_tree_its_peaks_and_who_is_alive() -> None:
     assert watch.tree == {10, 11} and watch.alive == {10, 11} and watch.samples == 1
     assert not watch.raw_over()
     watch.on_frame(sample(2, [(10, True, 500 * MiB, None), (11, False, 500 * MiB, None)]))
-    assert watch.peaks == {10: 600 * MiB, 11: 500 * MiB} and watch.vram == {11: 2 * GiB}
+    assert watch.peaks == {(10, T0): 600 * MiB, (11, T0): 500 * MiB} and watch.vram == {(11, T0): 2 * GiB}
     assert watch.alive == {10} and watch.raw_over()  # 1.1 GiB of raw peaks over 1 GiB
     watch.on_frame(Exited(10, T0, T0 + 3, 700 * MiB))
-    assert 10 in watch.exited and watch.alive == set() and watch.peaks[10] == 700 * MiB
+    assert (10, T0) in watch.exited and watch.alive == set() and watch.peaks[(10, T0)] == 700 * MiB
+
+
+def test_the_watch_counts_a_reused_pid_as_a_second_process() -> None:
+    """PID 10 exits at 600 MiB and the kernel gives its number to a new process of the
+    tree: two processes, 600 + 500 MiB of raw peaks (a PID-keyed max said 600 MiB)."""
+    watch = Watch(cast(Client, None), RunBudget(rss=GiB, vram=None, per_process=False), None)
+    watch.on_frame(sample(1, [(10, True, 600 * MiB, None)]))
+    watch.on_frame(Exited(10, T0, T0 + 2, 600 * MiB))
+    assert not watch.raw_over()
+    reused = T0 + 2.5
+    watch.on_frame(Attached(replace(process(10, 100 * MiB), start_time=reused)))
+    watch.on_frame(Sample(3, T0 + 3, 0.1, list(SAMPLE_COLUMNS), [
+        [10, T0, False, 600 * MiB, 600 * MiB, 0, 0, None, None, True],
+        [10, reused, True, 500 * MiB, 500 * MiB, 0, 0, None, None, True]]))
+    assert watch.peaks == {(10, T0): 600 * MiB, (10, reused): 500 * MiB}
+    assert watch.tree == {10} and watch.alive == {10} and watch.exited == {(10, T0)}
+    assert watch.raw_over()  # 1.1 GiB over 1 GiB
 
 
 def test_the_watch_judges_raw_peaks_per_process_and_on_vram() -> None:

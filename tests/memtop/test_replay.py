@@ -32,8 +32,9 @@ from replay_recording import (
 from textual.pilot import Pilot
 
 from memtop.model import ProcRow
-from memtop.replay import TIMES, ReplayApp
+from memtop.replay import ReplayApp
 from memtop.replay_data import ReplayEngine, load_recording
+from memtop.replay_types import TIMES
 from memtop.widgets.header import MemHeader
 from memtop.widgets.stack import StackPanel
 from memtop.widgets.table import ProcessTable

@@ -27,29 +27,19 @@ from textual.widgets import Footer, Input
 
 from memproto.client_side import ConnectionLost
 from memproto.frames import (
-    AlertRaised,
     Attach,
-    Attached,
     AttachOk,
     Detach,
-    Detached,
     DetachOk,
-    Dropped,
     Error,
-    Exited,
     Frame,
-    HistoryOk,
-    ListOk,
     ResetPeaks,
     ResetPeaksOk,
-    Sample,
     Stack,
     StackOk,
-    StackStateChanged,
-    StatusOk,
 )
 from memproto.paths import socket_candidates
-from memproto.records import Failure, ProcessInfo
+from memproto.records import Failure
 from memproto.vocabulary import StackState
 
 from . import columns
@@ -206,49 +196,29 @@ class MemtopApp(App[None]):
             self.snapshot = self.model.snapshot()
 
     def apply_frame(self, frame: Frame) -> bool:
-        """Apply ``frame`` to the model (and answer what it answers); False for a frame type
-        memtop has no use for, which changes nothing."""
+        """Apply ``frame`` to the model (:meth:`FleetModel.apply`, the table replay uses
+        too), then do what the app does beyond it (say a failure, forget a request in
+        flight); False for a frame type memtop has no use for, which changes nothing."""
+        handled = self.model.apply(frame)
         handler = self._handlers.get(type(frame))
-        if handler is None:
-            return False
-        handler(frame)
-        return True
+        if handler is not None:
+            handler(frame)
+            return True
+        return handled
 
     def _frame_handlers(self) -> dict[type[Frame], FrameHandler]:
-        """What each frame type from the daemon does, built once (the agent dispatches
-        requests the same way)."""
-        model = self.model
+        """What some replies do beyond the model (which :meth:`FleetModel.apply` changes
+        for every frame type), built once."""
         return dict([
-            _handles(Sample, model.apply_sample),
-            _handles(ListOk, lambda f: model.set_processes(f.processes)),
-            _handles(HistoryOk, lambda f: model.apply_history(f.step, f.series)),
-            _handles(StatusOk, lambda f: model.apply_status(f.status)),
-            _handles(Attached, lambda f: model.upsert(f.process)),
-            _handles(Exited, lambda f: model.mark_exited(f.pid, f.start_time, f.rss_peak_bytes)),
-            _handles(Detached, lambda f: model.remove(f.pid, f.start_time)),
-            _handles(Dropped, lambda f: model.apply_dropped(f.count)),
             _handles(StackOk, self._stack_ok),
-            _handles(AlertRaised, lambda f: model.apply_alert(f.alert)),
-            _handles(StackStateChanged, lambda f: model.apply_stack_state(f.pid, f.start_time, f.state)),
-            _handles(AttachOk, lambda f: self._processes_ok(f.attached, f.failed)),
-            _handles(ResetPeaksOk, lambda f: self._processes_ok(f.reset, f.failed)),
-            _handles(DetachOk, self._detach_ok),
+            _handles(AttachOk, lambda f: self._report(f.failed)),
+            _handles(ResetPeaksOk, lambda f: self._report(f.failed)),
+            _handles(DetachOk, lambda f: self._report(f.failed)),
             _handles(Error, self._error),
         ])
 
     def _stack_ok(self, frame: StackOk) -> None:
         self._stack_inflight = None
-        self.model.apply_stack(frame)
-
-    def _processes_ok(self, processes: list[ProcessInfo], failed: list[Failure]) -> None:
-        for p in processes:
-            self.model.upsert(p)
-        self._report(failed)
-
-    def _detach_ok(self, frame: DetachOk) -> None:
-        for ref in frame.detached:
-            self.model.remove(ref.pid, ref.start_time)
-        self._report(frame.failed)
 
     def _error(self, frame: Error) -> None:
         if frame.id is not None and frame.id == self._stack_inflight:

@@ -12,7 +12,7 @@ from memproto.frames import Frame
 
 if TYPE_CHECKING:
     from .model import FleetModel, Snapshot
-    from .replay import ReplayState
+    from .replay_types import ReplayState
 
 
 class LinkUp(Message):

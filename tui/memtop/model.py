@@ -11,11 +11,28 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from memproto.frames import Sample, StackOk
+from memproto.frames import (
+    AlertRaised,
+    Attached,
+    AttachOk,
+    Detached,
+    DetachOk,
+    Dropped,
+    Exited,
+    Frame,
+    HistoryOk,
+    ListOk,
+    ResetPeaksOk,
+    Sample,
+    StackOk,
+    StackStateChanged,
+    StatusOk,
+)
+from memproto.recording import HeadroomSnapshot, PeakStack, SegmentHeader
 from memproto.records import Alert, DaemonStatus, GpuInfo, Headroom, ProcessInfo, ProcessSample, Series
 from memproto.series import PeakSeries
 from memproto.vocabulary import AlertKind, AlertState, StackState
@@ -259,6 +276,16 @@ class FleetModel:
 
     # ------------------------------------------------------------------ frames in
 
+    def apply(self, frame: Frame) -> bool:
+        """Apply one frame, live or recorded, through :data:`FRAME_HANDLERS`; False for a
+        frame type the model has no use for, which changes nothing. The live app and the
+        replay both come here, so a frame type added to the table is seen by both."""
+        handler = FRAME_HANDLERS.get(type(frame))
+        if handler is None:
+            return False
+        handler(self, frame)
+        return True
+
     def set_processes(self, processes: list[ProcessInfo]) -> None:
         """A full list (after connecting): replaces what was known, keeping the history
         and growth window of processes still listed."""
@@ -363,6 +390,18 @@ class FleetModel:
         self.recent_alerts.insert(0, alert)
         del self.recent_alerts[100:]
 
+    def apply_segment(self, header: SegmentHeader) -> None:
+        """A recording segment's header: the daemon's sample interval then."""
+        self.interval = header.interval
+
+    def _upsert_all(self, processes: list[ProcessInfo]) -> None:
+        for p in processes:
+            self.upsert(p)
+
+    def _remove_detached(self, reply: DetachOk) -> None:
+        for ref in reply.detached:
+            self.remove(ref.pid, ref.start_time)
+
     # ------------------------------------------------------------------ snapshots out
 
     def history(self, key: Key | None) -> list[tuple[float, int]]:
@@ -380,6 +419,35 @@ class FleetModel:
         rows = tuple(p.row(p.peak / total if total else 0.0) for p in procs)
         return Snapshot(rows, self.seq, self.time, self.interval, self.host, total, self.dropped, self.gpus,
                         self.headroom, tuple(self.alerts.values()))
+
+
+
+_Handler = Callable[[FleetModel, Any], None]
+
+#: What each frame type does to the model: events, the replies to memtop's requests, and
+#: the frames only recordings carry (``docs/recording.md``). The one table, used live
+#: (:meth:`memtop.app.MemtopApp.apply_frame`) and in replay (:mod:`memtop.replay_data`):
+#: a new frame type is one entry here. What a reply does beyond the model (a failure
+#: said, a request no longer in flight) is the app's.
+FRAME_HANDLERS: dict[type[Frame], _Handler] = {
+    Sample: FleetModel.apply_sample,
+    ListOk: lambda m, f: m.set_processes(f.processes),
+    HistoryOk: lambda m, f: m.apply_history(f.step, f.series),
+    StatusOk: lambda m, f: m.apply_status(f.status),
+    Attached: lambda m, f: m.upsert(f.process),
+    Exited: lambda m, f: m.mark_exited(f.pid, f.start_time, f.rss_peak_bytes),
+    Detached: lambda m, f: m.remove(f.pid, f.start_time),
+    Dropped: lambda m, f: m.apply_dropped(f.count),
+    StackOk: FleetModel.apply_stack,
+    AlertRaised: lambda m, f: m.apply_alert(f.alert),
+    StackStateChanged: lambda m, f: m.apply_stack_state(f.pid, f.start_time, f.state),
+    AttachOk: lambda m, f: m._upsert_all(f.attached),
+    ResetPeaksOk: lambda m, f: m._upsert_all(f.reset),
+    DetachOk: FleetModel._remove_detached,
+    HeadroomSnapshot: lambda m, f: m.apply_headroom(f.host, f.headroom),
+    PeakStack: lambda m, f: m.apply_peak_stack(f.pid, f.start_time, f.dump),
+    SegmentHeader: lambda m, f: m.apply_segment(f),
+}
 
 
 def bucket_max(points: Sequence[tuple[float, int]], start: float, end: float, buckets: int) -> list[int | None]:

@@ -15,12 +15,9 @@ line. The keys are the live ones plus :data:`ReplayApp.BINDINGS`.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -34,6 +31,7 @@ from memproto.recording import RecordingError
 from .app import MemtopApp
 from .messages import ReplayMoved, ReplayNote
 from .replay_data import SPEED_MAX, SPEED_MIN, Recording, ReplayEngine, load_recording
+from .replay_types import ReplayState, local_time
 from .widgets.header import LinkState, MemHeader
 
 #: A longer stretch of recorded seconds without a frame is a gap (the daemon was stopped):
@@ -47,8 +45,6 @@ MAX_STEP = 0.5
 #: Frames a seek forward applies on the UI loop (about 0.1 s for 100 busy processes);
 #: a longer way is built in a thread, the screen staying as it was meanwhile.
 IN_PLACE = 200
-#: The speed's sign in the header (the multiplication sign).
-TIMES = "\u00d7"
 #: Damage lines shown one by one; the rest are counted.
 DAMAGE_SHOWN = 3
 
@@ -57,58 +53,12 @@ def clamp_speed(speed: float) -> float:
     return min(SPEED_MAX, max(SPEED_MIN, speed))
 
 
-def local_time(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-
-
 def span(seconds: float) -> str:
     """A duration for people: ``45 s``, ``12 min``, ``3 h 05 min``."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     minutes = int(seconds // 60)
     return f"{minutes} min" if minutes < 120 else f"{minutes // 60} h {minutes % 60:02d} min"
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayState:
-    """What the header says of the replay."""
-
-    source: str = ""
-    host: str = ""
-    clock: float = 0.0
-    first: float = 0.0
-    last: float = 0.0
-    speed: float = 1.0
-    paused: bool = False
-    loading: bool = True
-    #: Why the recording cannot be played ("" when it can).
-    error: str = ""
-    #: A seek being built in a thread (a long way from any checkpoint): where to.
-    seeking: float | None = None
-
-    @property
-    def at_end(self) -> bool:
-        return not self.loading and self.clock >= self.last
-
-    def status(self) -> Text:
-        """The header's status line's start: ``⏸ replay 2026-11-30 14:03:10 x8  host  …`` (a multiplication sign)."""
-        if self.error:
-            return Text(f"● replay of {self.source}: {self.error}", style="bold red")
-        if self.loading:
-            return Text(f"● replay: reading {self.source}…", style="yellow")
-        text = Text()
-        text.append("⏸ " if self.paused else "▶ ", style="bold yellow" if self.paused else "bold green")
-        text.append("replay ", style="bold")
-        text.append(local_time(self.clock), style="bold")
-        text.append(f" {TIMES}{self.speed:g}")
-        if self.at_end:
-            text.append(" end", style="yellow")
-        if self.seeking is not None:
-            text.append(f"  seeking {local_time(self.seeking)}…", style="yellow")
-        if self.host:
-            text.append(f"  {self.host}")
-        text.append("  no daemon", style="dim")
-        return text
 
 
 class Replayer:

@@ -22,9 +22,8 @@ import copy
 from array import array
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from memproto.frames import AlertRaised, Attached, Detached, Exited, Frame, ListOk, Sample, StackStateChanged
+from memproto.frames import AlertRaised, Attached, Exited, Frame, ListOk, Sample
 from memproto.recording import HeadroomSnapshot, PeakStack, RecordingError, SegmentHeader, open_recording
 
 from .model import FleetModel
@@ -37,28 +36,6 @@ CHECKPOINT_SECONDS = 120.0
 MAX_CHECKPOINTS = 64
 #: Frames between two looks at whether a long reading or building is to stop.
 STOP_CHECK = 1024
-
-_Apply = Callable[[FleetModel, Any], None]
-
-
-def _set_interval(model: FleetModel, header: SegmentHeader) -> None:
-    model.interval = header.interval
-
-
-#: What each frame a recording holds does to the model; other frame types change nothing.
-APPLY: dict[type[Frame], _Apply] = {
-    Sample: FleetModel.apply_sample,
-    ListOk: lambda m, f: m.set_processes(f.processes),
-    Attached: lambda m, f: m.upsert(f.process),
-    Exited: lambda m, f: m.mark_exited(f.pid, f.start_time, f.rss_peak_bytes),
-    Detached: lambda m, f: m.remove(f.pid, f.start_time),
-    AlertRaised: lambda m, f: m.apply_alert(f.alert),
-    StackStateChanged: lambda m, f: m.apply_stack_state(f.pid, f.start_time, f.state),
-    HeadroomSnapshot: lambda m, f: m.apply_headroom(f.host, f.headroom),
-    PeakStack: lambda m, f: m.apply_peak_stack(f.pid, f.start_time, f.dump),
-    SegmentHeader: _set_interval,
-}
-
 
 def _own_time(frame: Frame) -> float | None:
     """When ``frame`` happened, where it says so."""
@@ -245,8 +222,5 @@ class ReplayEngine:
                 return i
             if i in marks and i not in checkpoints:
                 checkpoints[i] = copy.deepcopy(model)
-            frame = frames[i]
-            apply = APPLY.get(type(frame))
-            if apply is not None:
-                apply(model, frame)
+            model.apply(frames[i])  # the live app's table (FleetModel.apply): the same frames, the same model
         return end

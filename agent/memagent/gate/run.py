@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memproto.client_side import ClientError, DaemonTimeout, RequestFailed
-from memproto.frames import Attached, Exited, Frame, Sample
+from memproto.fold import Fold, Key
+from memproto.frames import Frame, Sample
 from memproto.records import DaemonStatus, GrowthSite, StackDump
 from memproto.text import printable
 from memproto.vocabulary import Resource
@@ -48,47 +49,58 @@ WAKE = 0.1
 SI_KERNEL = 0x80
 
 class Watch:
-    """What the stream says while CMD runs: the tree, the peaks, the stacks at the peaks."""
+    """What the stream says while CMD runs: the tree, the peaks, the stacks at the peaks.
+
+    The figures are :class:`memproto.fold.Fold`'s, per (PID, start time): a PID the kernel
+    reuses within the tree is a second process whose peak counts beside the first's, not
+    one that a max() would merge with it."""
 
     def __init__(self, client: Client, budget: RunBudget, recording: RecordingWriter | None) -> None:
         self.client, self.budget, self.recording = client, budget, recording
-        self.tree: set[int] = set()
-        self.alive: set[int] = set()
-        self.peaks: dict[int, int] = {}
-        self.vram: dict[int, int] = {}
-        self.exited: set[int] = set()
+        self.fold = Fold()
         self.samples = 0
-        self.stacks: dict[int, StackDump] = {}
+        #: The stack at the peak, by process (the reply says which one it is).
+        self.stacks: dict[Key, StackDump] = {}
         self.sites: dict[tuple[str, str, int | None], GrowthSite] = {}
-        self._asked: dict[int, int] = {}
+        self._asked: dict[Key, int] = {}
+
+    @property
+    def tree(self) -> set[int]:
+        """The PIDs of CMD's tree seen so far (the kernel's view: who to reap)."""
+        return {pid for pid, _ in self.fold.processes}
+
+    @property
+    def alive(self) -> set[int]:
+        return {f.pid for f in self.fold.processes.values() if f.alive}
+
+    @property
+    def peaks(self) -> dict[Key, int]:
+        return {key: f.rss_peak_bytes for key, f in self.fold.processes.items()}
+
+    @property
+    def vram(self) -> dict[Key, int]:
+        return {key: f.vram_peak_bytes for key, f in self.fold.processes.items() if f.vram_peak_bytes is not None}
+
+    @property
+    def exited(self) -> set[Key]:
+        """The processes whose exit record came."""
+        return {key for key, f in self.fold.processes.items() if f.exit_seen}
 
     def on_frame(self, frame: Frame) -> None:
         if self.recording is not None:
             self.recording.on_frame(frame)
-        if isinstance(frame, Attached):
-            self.tree.add(frame.process.pid)
-            self.alive.add(frame.process.pid)
-        elif isinstance(frame, Exited):
-            self.exited.add(frame.pid)
-            self.alive.discard(frame.pid)
-            self.peaks[frame.pid] = max(self.peaks.get(frame.pid, 0), frame.rss_peak_bytes)
-        elif isinstance(frame, Sample):
+        self.fold.apply(frame)
+        if isinstance(frame, Sample):
             self.samples += 1
-            for r in frame.records():
-                self.tree.add(r.pid)
-                self.peaks[r.pid] = max(self.peaks.get(r.pid, 0), r.rss_peak_bytes)
-                if r.vram_peak_bytes is not None:
-                    self.vram[r.pid] = max(self.vram.get(r.pid, 0), r.vram_peak_bytes)
-                (self.alive.add if r.alive else self.alive.discard)(r.pid)
 
     def raw_over(self) -> bool:
         """Over budget on the raw peaks (an upper bound of the share-adjusted Σ)."""
-        b = self.budget
+        b, peaks, vram = self.budget, self.peaks, self.vram
         if b.per_process:
-            return (b.rss is not None and max(self.peaks.values(), default=0) > b.rss) or \
-                   (b.vram is not None and max(self.vram.values(), default=0) > b.vram)
-        return (b.rss is not None and sum(self.peaks.values()) > b.rss) or \
-               (b.vram is not None and sum(self.vram.values()) > b.vram)
+            return (b.rss is not None and max(peaks.values(), default=0) > b.rss) or \
+                   (b.vram is not None and max(vram.values(), default=0) > b.vram)
+        return (b.rss is not None and sum(peaks.values()) > b.rss) or \
+               (b.vram is not None and sum(vram.values()) > b.vram)
 
     def adjusted_sum(self, status: DaemonStatus | None = None) -> int:
         """The agent's Σ of share-adjusted peaks (its host headroom), else Σ of RSS peaks."""
@@ -98,17 +110,18 @@ class Watch:
 
     def ask_stacks(self) -> None:
         """The stack at the peak of each process whose peak rose since last asked (kept,
-        since an exited process's may no longer be asked for)."""
-        for pid, peak in list(self.peaks.items()):
-            if self._asked.get(pid) == peak:
+        since an exited process's may no longer be asked for). The daemon is asked by PID:
+        its reply says which process it answers for, and is kept under that one."""
+        for key, peak in self.peaks.items():
+            if self._asked.get(key) == peak:
                 continue
-            self._asked[pid] = peak
+            self._asked[key] = peak
             try:
-                reply = self.client.stack(pid, fresh=False)
+                reply = self.client.stack(key[0], fresh=False)
             except RequestFailed:
                 continue
             if reply.at_peak is not None:
-                self.stacks[pid] = reply.at_peak
+                self.stacks[(reply.pid, reply.start_time)] = reply.at_peak
             for s in reply.by_function:
                 self.sites[(s.function, s.filename, s.line)] = s
 
@@ -192,15 +205,15 @@ class Figures:
 
 def finish(client: Client, child: Child, watch: Watch) -> Figures:
     """After CMD's exit: its exit record, a tick after it, the figures."""
-    _wait_frames(client, watch, lambda: child.pid in watch.exited, 2.0)
+    _wait_frames(client, watch, lambda: any(pid == child.pid for pid, _ in watch.exited), 2.0)
     seen = watch.samples
     _wait_frames(client, watch, lambda: watch.samples > seen, 2.0)
     client.set_timeout(10.0)
     watch.ask_stacks()
     status = client.status()
     total = watch.adjusted_sum(status)
-    infos = [p for p in client.list() if p.pid in watch.tree]
-    processes = [ProcessPeak.of(p, watch.stacks.get(p.pid)) for p in infos]
+    infos = [p for p in client.list() if (p.pid, p.start_time) in watch.fold.processes]
+    processes = [ProcessPeak.of(p, watch.stacks.get((p.pid, p.start_time))) for p in infos]
     sites = sorted(watch.sites.values(), key=lambda s: -s.bytes)[:10]
     gpus = [Need(h.resource, h.sum_peaks_bytes) for h in status.headroom
             if h.resource != HOST and not h.resource.startswith(Resource.CGROUP_PREFIX) and h.sum_peaks_bytes]

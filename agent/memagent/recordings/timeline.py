@@ -11,15 +11,14 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from memproto.fold import Fold, Key, ProcessFigures
 from memproto.frames import AlertRaised, Attached, Exited, Frame, Sample
 from memproto.recording import HeadroomSnapshot, PeakStack, SegmentHeader
 from memproto.records import Alert, StackDump
 from memproto.vocabulary import AlertKind
-
-Key = tuple[int, float]
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
@@ -85,6 +84,13 @@ class Track:
     def title(self) -> str:
         return self.label or self.name or str(self.pid)
 
+    def take(self, figures: ProcessFigures) -> None:
+        """The peaks and the exit as the fold has them at the end of the pass."""
+        self.peak_bytes, self.peak_time, self.peak_exact = (
+            figures.rss_peak_bytes, figures.rss_peak_time, figures.rss_peak_exact)
+        self.vram_peak_bytes, self.vram_peak_time = figures.vram_peak_bytes, figures.vram_peak_time
+        self.exited_at = figures.exited_at
+
 
 @dataclass
 class Timeline:
@@ -127,84 +133,87 @@ class _Filter:
 
 def build_timeline(frames: Iterable[Frame], *, since: float | None = None, until: float | None = None,
                    pids: Iterable[int] = (), labels: Iterable[str] = ()) -> Timeline:
-    """One pass over a recording's frames (whole samples: :class:`memproto.recording.Playback`)."""
+    """One pass over a recording's frames (whole samples: :class:`memproto.recording.Playback`).
+
+    The per-process peaks are :class:`memproto.fold.Fold`'s, fed what the timeline keeps:
+    every ``attached`` frame (wanted or not: labels decide when a process is first
+    sampled), the samples inside ``[since, until]`` and the exits inside it of the
+    processes shown."""
     tl = Timeline()
     want = _Filter(pids, labels)
-    known: dict[Key, Attached] = {}  # every process attached, wanted or not (labels decide later)
+    fold = Fold()
     peak_stacks: dict[Key, StackDump] = {}
 
     def inside(t: float) -> bool:
         return (since is None or t >= since) and (until is None or t <= until)
 
     for frame in frames:
-        if isinstance(frame, SegmentHeader):
-            tl.segments += 1
-            tl.host, tl.interval = frame.host, frame.interval
-            tl.capacity_bytes = frame.mem_total_bytes or tl.capacity_bytes
-        elif isinstance(frame, Attached):
-            p = frame.process
-            known[(p.pid, p.start_time)] = frame
-        elif isinstance(frame, Sample):
-            if not inside(frame.time):
-                if until is not None and frame.time > until:
-                    break
-                continue
-            _add_sample(tl, frame, known, want)
-        elif isinstance(frame, Exited):
-            track = tl.tracks.get((frame.pid, frame.start_time))
-            if track is not None and inside(frame.time):
-                track.exited_at = frame.time
-                if frame.rss_peak_bytes > track.peak_bytes:
-                    track.peak_bytes, track.peak_time = frame.rss_peak_bytes, frame.time
-        elif isinstance(frame, AlertRaised):
-            if inside(frame.alert.time) and (want.everyone or frame.alert.pid is None
-                                             or frame.alert.pid in want.pids or want.labels):
-                tl.alerts.append(frame.alert)
-        elif isinstance(frame, PeakStack):
-            # Kept by key: a segment's keyframe has it before the process's first sample.
-            if inside(frame.dump.time):
-                peak_stacks[(frame.pid, frame.start_time)] = frame.dump
-        elif isinstance(frame, HeadroomSnapshot):
+        if isinstance(frame, Sample):
             if inside(frame.time):
-                tl.headroom.append(frame)
-                tl.capacity_bytes = frame.host.total_bytes or tl.capacity_bytes
-    for key, dump in peak_stacks.items():
-        if key in tl.tracks:
-            tl.tracks[key].peak_stack = dump
+                _add_sample(tl, frame, fold, want)
+            elif until is not None and frame.time > until:
+                break
+        elif isinstance(frame, Exited):
+            if (frame.pid, frame.start_time) in tl.tracks and inside(frame.time):
+                fold.apply(frame)
+        elif isinstance(frame, Attached):
+            fold.apply(frame)
+        else:
+            _add_other(tl, frame, inside, want, peak_stacks)
+    for key, track in tl.tracks.items():
+        track.take(fold.processes[key])
+        track.peak_stack = peak_stacks.get(key)
     return tl
 
 
-def _add_sample(tl: Timeline, frame: Sample, known: dict[Key, Attached], want: _Filter) -> None:
+def _add_other(tl: Timeline, frame: Frame, inside: Callable[[float], bool], want: _Filter,
+               peak_stacks: dict[Key, StackDump]) -> None:
+    """A frame that is neither a process's nor a sample: the box's, the alerts, the stacks."""
+    if isinstance(frame, SegmentHeader):
+        tl.segments += 1
+        tl.host, tl.interval = frame.host, frame.interval
+        tl.capacity_bytes = frame.mem_total_bytes or tl.capacity_bytes
+    elif isinstance(frame, AlertRaised):
+        if inside(frame.alert.time) and (want.everyone or frame.alert.pid is None
+                                         or frame.alert.pid in want.pids or want.labels):
+            tl.alerts.append(frame.alert)
+    elif isinstance(frame, PeakStack):
+        # Kept by key: a segment's keyframe has it before the process's first sample.
+        if inside(frame.dump.time):
+            peak_stacks[(frame.pid, frame.start_time)] = frame.dump
+    elif isinstance(frame, HeadroomSnapshot):
+        if inside(frame.time):
+            tl.headroom.append(frame)
+            tl.capacity_bytes = frame.host.total_bytes or tl.capacity_bytes
+
+
+def _add_sample(tl: Timeline, frame: Sample, fold: Fold, want: _Filter) -> None:
     """One whole sample. With ``--pid``/``--label`` the timeline spans only the samples
-    where a process asked for is alive (or is first seen exited): not the whole recording."""
+    where a process asked for is alive (or is first seen exited): not the whole recording.
+    The fold takes the sample after the rows are looked at, so that "first seen exited"
+    is asked of the figures before it."""
     total = 0
     shown = want.everyone
     for r in frame.records():
         key = (r.pid, r.start_time)
+        figures = fold.get(key)
         track = tl.tracks.get(key)
         if track is None:
-            info = known.get(key)
-            label = info.process.label if info else None
+            label = figures.label if figures else None
             if not want.wants(r.pid, label):
                 continue
             track = tl.tracks[key] = Track(r.pid, r.start_time)
-            if info is not None:
-                track.name, track.label, track.cmdline = info.process.name, label, list(info.process.cmdline)
+            if figures is not None:
+                track.name, track.label, track.cmdline = figures.name, label, list(figures.cmdline)
         if r.alive:
             shown = True
             total += r.rss_peak_bytes
             track.times.append(frame.time)
             track.rss.append(r.rss_bytes)
             track.vram.append(r.vram_bytes)
-        elif track.exited_at is None:
+        elif figures is None or figures.exited_at is None:
             shown = True
-            track.exited_at = frame.time
-        if r.rss_peak_bytes > track.peak_bytes or track.peak_time is None:
-            track.peak_bytes, track.peak_time = r.rss_peak_bytes, frame.time
-            track.peak_exact = r.rss_peak_exact is not False
-        vram_peak = r.vram_peak_bytes
-        if vram_peak is not None and (track.vram_peak_bytes is None or vram_peak > track.vram_peak_bytes):
-            track.vram_peak_bytes, track.vram_peak_time = vram_peak, frame.time
+    fold.apply(frame)
     if shown:
         tl.first = frame.time if tl.first is None else tl.first
         tl.last = frame.time

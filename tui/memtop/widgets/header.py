@@ -25,7 +25,7 @@ from .. import format as fmt
 from ..model import Snapshot
 
 if TYPE_CHECKING:
-    from ..replay import ReplayState
+    from ..replay_types import ReplayState
 
 #: At most this many cgroup limit gauges, the fullest first; the last says how many more.
 MAX_LIMITS = 3
