@@ -39,7 +39,8 @@ PROCESS_FAMILIES: tuple[tuple[str, str, Callable[[ProcessFigures], float | int |
     ("memagent_process_peak_exact", "1 when the RSS peak includes the kernel's high-water mark, else 0.",
      lambda r: int(r.peak_exact)),
     (LEAK_ETA, "Seconds until the headroom the process is in (the host's, or its limited cgroup's) is gone at "
-               "its growth pace, as the leak check computes it (+Inf: not growing).", lambda r: r.leak_eta),
+               "its growth pace, as the leak check computes it (absent when not growing).",
+     lambda r: r.leak_eta if math.isfinite(r.leak_eta) else None),
 )
 #: How a label's figure is made of its processes' (``per_process = "label"``).
 PER_LABEL = {LEAK_ETA: " The soonest of the label's processes."}
