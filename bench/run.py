@@ -19,6 +19,8 @@ Prints a report; asserts nothing. See bench/README.md for what each number means
 14. the Prometheus endpoint at 1000 processes: scrape time, RSS, tick delay (metrics_scrape.py)
 15. growth attribution against known truth: six scenarios, credit to the allocating function
     and the stack at peak                                           (stack_attribution.py)
+16. the daemon's whole cost (itself + its children) on 12 bursty processes, against a psutil
+    poller                                                          (fleet_cost.py)
 
 All watched processes are children of this process in one process group, killed on the
 way out whatever happens (SIGTERM included).
@@ -48,7 +50,7 @@ from fleet import Fleet  # noqa: E402
 from memagent.agent import raise_fd_limit  # noqa: E402
 
 PROCESSES = 1000
-#: Parts 6-15, each in a process of its own: (title, script).
+#: Parts 6-16, each in a process of its own: (title, script).
 PARTS_ALONE = (
     ("6. memtop at 1000 rows", "memtop_update.py"),
     ("7. stacks overhead on the watched process", "stacks_overhead.py"),
@@ -60,6 +62,8 @@ PARTS_ALONE = (
     ("13. pytest --memagent against pytest-memray on one sample suite", "pytest_compare.py"),
     ("14. metrics endpoint at 1000 processes: scrape time, RSS, tick delay", "metrics_scrape.py"),
     ("15. growth attribution against known truth (where memory grew, stack at peak)", "stack_attribution.py"),
+    ("16. the daemon's whole cost on 12 bursty processes (itself + children, against a psutil poller)",
+     "fleet_cost.py"),
 )
 PYTHONS = 20
 
