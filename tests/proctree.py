@@ -80,15 +80,19 @@ class ProcTree:
         old_hwm = self.status_kb(pid, "VmHWM") or 0
         self.set_status(pid, VmRSS=rss, VmHWM=hwm if hwm is not None else max(old_hwm, rss))
 
-    def set_smaps_rollup(self, pid: int, rss: int, pss: int, maps: str = LIBRARY_MAPS, shared: int = 0) -> None:
+    def set_smaps_rollup(self, pid: int, rss: int, pss: int, maps: str = LIBRARY_MAPS, shared: int = 0,
+                         anon_excess: int | None = None) -> None:
         """What a PSS read finds: smaps_rollup's ``Rss``/``Pss``, ``Shared_Dirty`` (pages it
         shares with anyone), and ``maps`` (whose shared mappings tie it to other processes,
-        see memagent.proc.sharing)."""
+        see memagent.proc.sharing); with ``anon_excess``, ``Anonymous`` and ``Pss_Anon``
+        that far apart (the pages it shares copy-on-write; else no ``Anonymous`` line, as
+        before Linux 5.9)."""
+        anon = "" if anon_excess is None else f"Anonymous:      {(pss + anon_excess) // KiB:8d} kB\n"
         self.write(pid, "smaps_rollup",
                    "55a4c0e2b000-7ffd1b5f9000 ---p 00000000 00:00 0                          [rollup]\n"
                    f"Rss:            {rss // KiB:8d} kB\nPss:            {pss // KiB:8d} kB\n"
-                   "Pss_Anon:              0 kB\nShared_Clean:          0 kB\n"
-                   f"Shared_Dirty:   {shared // KiB:8d} kB\n")
+                   f"Pss_Anon:       {(0 if anon_excess is None else pss) // KiB:8d} kB\nShared_Clean:          0 kB\n"
+                   f"Shared_Dirty:   {shared // KiB:8d} kB\n{anon}")
         self.write(pid, "maps", maps)
 
     def set_meminfo(self, total: int, available: int) -> None:

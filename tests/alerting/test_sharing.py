@@ -16,7 +16,7 @@ import pytest
 from proctree import TRAINER, GiB, MiB, ProcTree
 
 from memagent.alerting.engine import AlertEngine
-from memagent.alerting.sharing import EXIT_SETTLE, SHARED_MOVE
+from memagent.alerting.sharing import EXIT_SETTLE, SHARED_MOVE, ReadBudget
 from memagent.config import AlertConfig, HeadroomConfig
 from memagent.core.registry import Registry
 from memagent.core.sampler import Sampler
@@ -48,11 +48,12 @@ class Box:
         self.share(pid, rss, pss, maps)
         self.registry.attach(pid, now=self.now)
 
-    def share(self, pid: int, rss: int, pss: int, maps: str | None = None, shared: int = 0) -> None:
+    def share(self, pid: int, rss: int, pss: int, maps: str | None = None, shared: int = 0,
+              anon_excess: int | None = None) -> None:
         if maps is None:
-            self.tree.set_smaps_rollup(pid, rss, pss, shared=shared)
+            self.tree.set_smaps_rollup(pid, rss, pss, shared=shared, anon_excess=anon_excess)
         else:
-            self.tree.set_smaps_rollup(pid, rss, pss, maps, shared=shared)
+            self.tree.set_smaps_rollup(pid, rss, pss, maps, shared=shared, anon_excess=anon_excess)
 
     async def tick(self) -> None:
         self.now += 0.5
@@ -211,6 +212,40 @@ async def test_host_memory_drift_makes_sharing_processes_be_read_again(box: Box)
     await box.tick()  # the sums of the next evaluation use them
     assert box.engine.sharing.drift_waves == 1
     assert box.engine.headroom[0].sum_peaks_bytes == 300 * MiB + 300 * MiB + 100 * MiB
+
+
+async def test_a_drift_wave_rereads_only_what_copy_on_write_can_move(box: Box) -> None:
+    """Where the kernel says which part of the excess is anonymous (Linux 5.9+), a drift
+    wave re-reads only the processes that share anonymous pages (forked workers): one that
+    shares only libraries and files keeps its figure however the box's memory moves."""
+    box.start(TRAINER, 400 * MiB, 200 * MiB)
+    box.start(5001, 400 * MiB, 200 * MiB, ppid=TRAINER)
+    box.start(5002, 300 * MiB, 200 * MiB, ppid=1)  # 100 MiB of excess, all of it files
+    box.share(TRAINER, 400 * MiB, 200 * MiB, anon_excess=200 * MiB)
+    box.share(5001, 400 * MiB, 200 * MiB, anon_excess=200 * MiB)
+    box.share(5002, 300 * MiB, 200 * MiB, anon_excess=0)
+    box.engine.sharing.touch(TRAINER)
+    box.engine.sharing.touch(5002)
+    await box.tick()
+    await box.tick()  # the baseline of what unwatched processes use
+    for pid in (TRAINER, 5001):
+        box.share(pid, 400 * MiB, 300 * MiB, anon_excess=100 * MiB)
+    box.share(5002, 300 * MiB, 250 * MiB, anon_excess=0)  # were it read, its figure would move
+    box.tree.set_meminfo(16 * GiB, 12 * GiB - 200 * MiB)
+    await box.tick()
+    assert box.engine.sharing.drift_waves == 1
+    assert (box.excess(TRAINER), box.excess(5001), box.excess(5002)) == (100 * MiB, 100 * MiB, 100 * MiB)
+
+
+def test_the_read_budget_lets_a_burst_through_and_holds_a_stream_to_its_duty() -> None:
+    """A bucket of 0.25 s filling at 1 % of a CPU: the reads of one event run back to back;
+    reads that keep coming wait until what they took is earned back."""
+    budget = ReadBudget(duty=0.01, burst=0.25)
+    assert budget.spend(0.1, now=100.0) == 100.0  # within the burst: the next batch at once
+    assert budget.spend(0.1, now=100.0) == 100.0
+    assert budget.spend(0.1, now=100.0) == pytest.approx(105.0)  # 0.05 s overdrawn: 5 s at 1 %
+    assert budget.spend(0.0, now=1000.0) == 1000.0  # refilled, to the burst only
+    assert budget.credit == pytest.approx(0.25)
 
 
 async def test_an_excess_that_moved_makes_partners_read_before_it_be_read_again(box: Box) -> None:

@@ -18,6 +18,7 @@ from memagent.proc.parse import (
     Stat,
     Statm,
     StatusMemory,
+    parse_anon_excess,
     parse_btime,
     parse_cmdline,
     parse_meminfo,
@@ -258,6 +259,7 @@ Shared_Clean:       4120 kB
 Shared_Dirty:     204800 kB
 Private_Clean:         0 kB
 Private_Dirty:      2024 kB
+Anonymous:        206800 kB
 """
 
 
@@ -265,6 +267,9 @@ def test_smaps_rollup_excess_and_shared_resident() -> None:
     assert parse_shared_excess(SMAPS_ROLLUP) == (210944 - 72201) * KiB
     assert parse_shared_resident(SMAPS_ROLLUP) == (4120 + 204800) * KiB
     assert parse_shared_resident(b"Rss: 10 kB\n") is None  # an old kernel's, or a truncated read
+    # Forked workers' copy-on-write pages: the anonymous part of the excess.
+    assert parse_anon_excess(SMAPS_ROLLUP) == (206800 - 70012) * KiB
+    assert parse_anon_excess(b"Rss: 10 kB\nAnonymous: 8 kB\n") is None  # before Linux 5.9: no Pss_Anon
 
 
 @pytest.mark.parametrize(("status", "expected"), [

@@ -27,14 +27,20 @@ A PSS read (``smaps_rollup``) walks the process's whole memory map under its mma
 5. **drift**: copy-on-write writes show nowhere but in the host's used memory. The
    engine hands over, at each host evaluation, what unwatched processes seem to use
    (``used - Σ(RSS - excess)``); when that moves by ``[host] pss_drift`` (64 MiB) from its
-   value after the last read, every process with an excess of :data:`SHARING_MIN` or
-   more is re-read (at most once per :data:`DRIFT_GAP`). A growing unwatched process
-   triggers such re-reads too: the duty cycle below bounds what they cost.
+   value after the last read, every process whose *anonymous* excess (``Anonymous -
+   Pss_Anon``: pages it shares copy-on-write) is :data:`SHARING_MIN` or more is re-read
+   (at most once per :data:`DRIFT_GAP`); where the kernel does not say (before Linux
+   5.9), every process with an excess that large. A process that shares only files and
+   libraries cannot lose its excess to writes, so the box's other processes moving, or
+   its own private memory rising and falling (a model's every batch), never re-read it.
 
 Reads run in a worker thread, one batch of at most :data:`BATCH_MAX` processes at a time,
-most overdue first; a batch that took *t* seconds is followed by none for ``t * (1/DUTY -
-1)``, so PSS reads use at most :data:`DUTY` of one CPU however many processes and
-triggers there are. Their results are applied on the event loop.
+most overdue first. Their time is drawn from a bucket that fills at :data:`DUTY` of one
+CPU and holds at most :data:`BURST` seconds: a batch that overdraws it is followed by
+none until it is refilled, so PSS reads use at most :data:`DUTY` of one CPU on average
+however many processes and triggers there are, while the reads one event makes due (a
+fork of a large pool, a new shared segment) run at once. Their results are applied on
+the event loop.
 """
 
 from __future__ import annotations
@@ -58,7 +64,10 @@ log = logging.getLogger(__name__)
 
 MiB: Final = 1024 * 1024
 #: The most of one CPU that PSS reads may use, on average.
-DUTY: Final = 0.1
+DUTY: Final = 0.01
+#: Seconds of reading that may run at once, ahead of the average (a fork of a 2 GiB pool
+#: of 8 workers: ~60 ms), refilled at DUTY.
+BURST: Final = 0.25
 BATCH_MAX: Final = 32
 #: A process whose excess moved this much at a read: its partners' moved too.
 EXCESS_MOVE: Final = 8 * MiB
@@ -94,6 +103,35 @@ class _Share:
     #: When its last read was applied (engine clock), and its figures before that read.
     applied_at: float = -math.inf
     before: tuple[int, int] | None = None
+    #: The anonymous part of its excess at its last read (None: not known).
+    anon_excess: int | None = None
+
+    def copy_on_write(self) -> bool:
+        """Whether writes may take its excess away unseen (a drift wave re-reads it)."""
+        if not self.w.share_known:
+            return True
+        if self.anon_excess is None:
+            return self.w.shared >= SHARING_MIN
+        return self.anon_excess >= SHARING_MIN
+
+
+class ReadBudget:
+    """The time PSS reads may take: a bucket that fills at ``duty`` seconds a second up to
+    ``burst`` seconds. Reads one event makes due run at once; a stream of them (drift waves
+    on a box whose memory never rests) is held to ``duty`` of one CPU on average."""
+
+    def __init__(self, duty: float = DUTY, burst: float = BURST) -> None:
+        self.duty, self.burst = duty, burst
+        self.credit = burst
+        self._filled_at: float | None = None
+
+    def spend(self, spent: float, now: float) -> float:
+        """Draw ``spent`` seconds of reading done by ``now``; when the next batch may start."""
+        if self._filled_at is not None:
+            self.credit = min(self.burst, self.credit + max(0.0, now - self._filled_at) * self.duty)
+        self._filled_at = now
+        self.credit -= spent
+        return now if self.credit >= 0 else now - self.credit / self.duty
 
 
 class SharingTracker:
@@ -109,6 +147,7 @@ class SharingTracker:
         self._version = -1
         self._task: asyncio.Task[None] | None = None
         self._next_batch = 0.0
+        self._budget = ReadBudget()
         self._baseline: int | None = None
         self._next_drift = 0.0
         #: No read is due before this (a tick need not look at every process).
@@ -149,7 +188,7 @@ class SharingTracker:
         self._next_drift = now + DRIFT_GAP
         self._baseline = None
         self.drift_waves += 1
-        self._due_by([s for s in self._shares.values() if s.w.shared >= SHARING_MIN or not s.w.share_known], now)
+        self._due_by([s for s in self._shares.values() if s.copy_on_write()], now)
         self._schedule(now)
 
     async def settled(self) -> None:
@@ -250,7 +289,7 @@ class SharingTracker:
         results = await asyncio.to_thread(_read_batch, batch)
         spent = time.perf_counter() - started
         now = self._now
-        self._next_batch = now + spent * (1 / DUTY - 1)
+        self._next_batch = self._budget.spend(spent, now)
         for s, read_at, facts in results:
             self._apply(s, read_at, facts, now)
         # Reads made due by these (partners): the next batch at once, not at the next tick.
@@ -274,6 +313,7 @@ class SharingTracker:
             w.shared = facts.excess
         if facts.shared is not None:
             w.shared_resident = facts.shared
+        s.anon_excess = facts.anon_excess
         w.share_known = True
         self.reads += 1
         self._baseline = None

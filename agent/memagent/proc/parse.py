@@ -230,6 +230,23 @@ def parse_shared_resident(smaps_rollup: bytes) -> int | None:
     return sum(found) if found else None
 
 
+def parse_anon_excess(smaps_rollup: bytes) -> int | None:
+    """``Anonymous - Pss_Anon`` in bytes from ``/proc/PID/smaps_rollup``: the anonymous
+    memory this process shares (with forked relatives, copy-on-write) beyond its fair
+    share. Only this part of the excess can shrink unseen, when the pages are written; 0
+    means copy-on-write cannot move the process's figure. None when the kernel does not
+    say (``Pss_Anon`` is Linux 5.9's)."""
+    anon = pss_anon = None
+    for line in smaps_rollup.splitlines():
+        if line.startswith(b"Anonymous:"):
+            anon = int(line.split()[1]) * 1024
+        elif line.startswith(b"Pss_Anon:"):
+            pss_anon = int(line.split()[1]) * 1024
+    if anon is None or pss_anon is None:
+        return None
+    return max(0, anon - pss_anon)
+
+
 def parse_pressure_some_avg10(data: bytes) -> float | None:
     """Memory PSI ``some avg10`` (percent of the last 10 s some task stalled on memory)."""
     for line in data.splitlines():

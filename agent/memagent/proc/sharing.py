@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from .parse import parse_shared_excess, parse_shared_resident, parse_stat
+from .parse import parse_anon_excess, parse_shared_excess, parse_shared_resident, parse_stat
 
 #: A private file mapping at least this large is a sharing key (see the module docstring).
 BIG_FILE_MAPPING: Final = 64 * 1024 * 1024
@@ -41,6 +41,9 @@ class SharingFacts:
     keys: frozenset[SharingKey] | None
     #: Resident bytes shared with any other process (``Shared_*``); None when not said.
     shared: int | None = None
+    #: The anonymous part of the excess (``Anonymous - Pss_Anon``): what copy-on-write
+    #: writes can take away unseen; None when the kernel does not say.
+    anon_excess: int | None = None
 
 
 def parse_sharing_keys(maps: bytes) -> frozenset[SharingKey]:
@@ -73,4 +76,5 @@ def parse_sharing_keys(maps: bytes) -> frozenset[SharingKey]:
 
 def sharing_facts(smaps_rollup: bytes, maps: bytes | None, stat: bytes) -> SharingFacts:
     return SharingFacts(parse_shared_excess(smaps_rollup), parse_stat(stat).ppid,
-                        None if maps is None else parse_sharing_keys(maps), parse_shared_resident(smaps_rollup))
+                        None if maps is None else parse_sharing_keys(maps), parse_shared_resident(smaps_rollup),
+                        parse_anon_excess(smaps_rollup))
