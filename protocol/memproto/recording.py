@@ -18,7 +18,9 @@ opened (:func:`open_recording` is the one convenience that opens files).
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,11 +29,11 @@ from typing import Any, BinaryIO, ClassVar
 import msgpack
 
 from .codec import decode_body, encode, encode_sample, unpack
-from .errors import ProtocolError, RecordingError
+from .errors import DamagedSegment, NotARegularFile, ProtocolError, RecordingError
 from .frames import Detached, Frame, Sample
 from .framing import frame_bytes
 from .limits import HEADER_BYTES, MAX_FRAME_BYTES
-from .records import SAMPLE_COLUMNS, Headroom, HostMemory, StackDump
+from .records import SAMPLE_CHECKS, SAMPLE_COLUMNS, Headroom, HostMemory, StackDump
 from .schema import from_wire, wire
 from .version import PROTOCOL_MAJOR
 
@@ -265,35 +267,49 @@ class SegmentReader:
     """Reads one segment from a binary stream: :attr:`header` at once, the frames as
     iterated (batches opened, the wire's rules for samples left to :class:`Playback`).
 
-    A damaged part does not stop the reading: an incomplete last frame (a recorder killed
-    while writing it) or a batch that does not decode is skipped and described in
-    :attr:`damage`, and the frames after it are read. Only a length prefix that cannot be
-    one (the stream is out of step) ends the segment early, described too."""
+    Damage ends the segment where it is found: what came before it is read, what comes
+    after is not (a sample lists only the rows that changed, so the samples after a lost
+    batch would show wrong values: missing is better than wrong). The damage is described
+    in :attr:`damage` (one line): an incomplete last frame (a recorder killed while writing
+    it), a length prefix that cannot be one, a batch that does not inflate, a frame that
+    does not decode. A frame other than a sample holding NaN or an infinity is skipped and
+    counted in :attr:`non_finite` (a sample's are :class:`Playback`'s to skip). A header
+    that cannot be read: :class:`DamagedSegment`; a file that is no recording at all, or of
+    a newer format: :class:`RecordingError`."""
 
     def __init__(self, stream: BinaryIO, name: str = "recording") -> None:
         self.stream = stream
         self.name = name
         self.damage: list[str] = []
-        if stream.read(len(MAGIC)) != MAGIC:
+        #: Frames skipped for a NaN or an infinity in them.
+        self.non_finite = 0
+        magic = stream.read(len(MAGIC))
+        if not magic:
+            raise DamagedSegment(f"{name}: zero bytes (a segment never written: a crash or a power loss)")
+        if magic != MAGIC:
+            if MAGIC.startswith(magic) or _near_magic(magic):
+                raise DamagedSegment(f"{name}: the segment's first bytes are cut short or damaged")
             raise RecordingError(f"{name}: not a memagent recording")
         try:
             payload, _ = _read_frame(stream)
             header = decode_recorded(payload) if payload is not None else None
         except ProtocolError as exc:
-            raise RecordingError(f"{name}: unreadable header: {exc}") from None
+            raise DamagedSegment(f"{name}: unreadable header: {exc}") from None
         if not isinstance(header, SegmentHeader):
-            raise RecordingError(f"{name}: the header is missing or cut short")
+            raise DamagedSegment(f"{name}: the header is missing or cut short")
+        if not all(math.isfinite(v) for v in (header.start_time, header.interval)):
+            raise DamagedSegment(f"{name}: the header's start time or interval is not a number")
         if header.format > FORMAT_VERSION:
             raise RecordingError(f"{name}: recording format {header.format}; this memagent reads "
                                  f"format {FORMAT_VERSION} and older")
         self.header = header
 
     def __iter__(self) -> Iterator[Frame]:
-        while True:
+        while not self.damage:
             try:
                 payload, partial = _read_frame(self.stream)
             except ProtocolError as exc:
-                self.damage.append(f"{self.name}: stopped at byte {self.stream.tell()}: {exc}")
+                self.damage.append(f"{self.name}: stopped at byte {self.stream.tell()}: {exc}; the rest skipped")
                 return
             if payload is None:
                 if partial:
@@ -310,47 +326,172 @@ class SegmentReader:
             else:
                 payloads = [payload]
         except ProtocolError as exc:
-            self.damage.append(f"{self.name}: a damaged batch skipped: {exc}")
+            self.damage.append(f"{self.name}: a damaged batch: {exc}; the rest of the segment skipped")
             return
         for inner in payloads:
             try:
-                yield decode_recorded(inner)
+                frame = decode_recorded(inner)
+                if not isinstance(frame, Sample) and not _all_finite(unpack(inner)):
+                    self.non_finite += 1
+                    continue
             except ProtocolError as exc:
-                if exc.code != "unknown_request":  # a newer recorder's frame type: skipped quietly
-                    self.damage.append(f"{self.name}: a frame skipped: {exc}")
+                if exc.code == "unknown_request":  # a newer recorder's frame type: skipped quietly
+                    continue
+                self.damage.append(f"{self.name}: a frame that does not decode: {exc}; "
+                                   "the rest of the segment skipped")
+                return
+            yield frame
+
+
+def _near_magic(head: bytes) -> bool:
+    """Whether ``head`` is :data:`MAGIC` with a few bytes damaged (a segment of ours with
+    a flipped byte, not another kind of file)."""
+    return len(head) == len(MAGIC) and sum(a != b for a, b in zip(head, MAGIC, strict=True)) <= 3
+
+
+def _all_finite(body: object) -> bool:
+    """Whether every float in an unpacked frame is a number (no NaN, no infinity). Walked
+    with a list, not recursion: msgpack nests deeper than Python recurses."""
+    todo = [body]
+    while todo:
+        value = todo.pop()
+        if type(value) is float:
+            if not math.isfinite(value):
+                return False
+        elif type(value) is list:
+            todo.extend(value)
+        elif type(value) is dict:
+            todo.extend(value.values())
+    return True
+
+
+def _finite_columns(fields: Sequence[str]) -> list[int]:
+    """The columns of a sample that may hold a float (its other known columns are checked
+    as ints, bools or nil by :meth:`Sample.validate`)."""
+    return [i for i, name in enumerate(fields)
+            if name in SAMPLE_CHECKS and _accepts_float(SAMPLE_CHECKS[name])]
+
+
+def _accepts_float(kind: type | tuple[type, ...]) -> bool:
+    return float in kind if isinstance(kind, tuple) else kind is float
 
 
 class Playback:
     """Turns a recording's frames back into what a subscriber saw: every ``sample`` with a
-    row for every process (changed or not), the processes known from ``attached``."""
+    row for every process (changed or not), the processes known from ``attached``.
+
+    A row holding NaN or an infinity is not kept: its process has no row until its next
+    good one (missing, not wrong); a sample whose time or interval is not a number is
+    taken in (the rows after it are written against it) but not given out. Both are
+    counted in :attr:`non_finite`."""
 
     def __init__(self) -> None:
         self.header: SegmentHeader | None = None
         self.rows: dict[tuple[Any, Any], list[Any]] = {}
         self._fields: tuple[str, ...] | None = None
+        self._float_columns: list[int] = []
+        #: Rows and samples skipped for a NaN or an infinity in them.
+        self.non_finite = 0
 
-    def feed(self, frame: Frame) -> Frame:
+    def feed(self, frame: Frame) -> Frame | None:
+        """The frame as a subscriber had it; None for a sample that is not given out."""
         if isinstance(frame, SegmentHeader):
             self.header, self.rows, self._fields = frame, {}, None
         elif isinstance(frame, Sample):
-            fields = tuple(frame.fields)
-            if fields != self._fields:
-                self.rows, self._fields = {}, fields
-            key = _row_key(fields)
-            for row in frame.rows:
-                self.rows[key(row)] = row
-            return Sample(frame.seq, frame.time, frame.interval, list(fields), list(self.rows.values()))
+            return self._sample(frame)
         elif isinstance(frame, Detached):
             self.rows.pop((frame.pid, frame.start_time), None)
         return frame  # an attached process's row comes with the next sample
 
+    def _sample(self, frame: Sample) -> Sample | None:
+        fields = tuple(frame.fields)
+        if fields != self._fields:
+            self.rows, self._fields = {}, fields
+            self._float_columns = _finite_columns(fields)
+        key = _row_key(fields)
+        columns = self._float_columns
+        for row in frame.rows:
+            if all(row[i] is None or math.isfinite(row[i]) for i in columns):
+                self.rows[key(row)] = row
+            else:
+                self.non_finite += 1
+                self.rows.pop(key(row), None)
+        if not (math.isfinite(frame.time) and math.isfinite(frame.interval)):
+            self.non_finite += 1
+            return None
+        return Sample(frame.seq, frame.time, frame.interval, list(fields), list(self.rows.values()))
+
 
 def segment_files(path: str) -> list[str]:
     """The segments of a recording at ``path``: the file itself, or a directory's ``*.mrec``
-    files in the order they were written (their names sort so)."""
+    files in the order they were written (their names sort so). Whether each is a regular
+    file is :func:`open_segment`'s to say."""
     if os.path.isdir(path):
         return [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(SUFFIX)]
     return [path]
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def open_segment(path: str) -> BinaryIO:
+    """``path`` opened for reading, if it is a regular file (through a link or not):
+    :class:`NotARegularFile` for a FIFO, a device, a directory or a socket, which is never
+    opened for reading (a FIFO would hang the reader). ``O_NONBLOCK`` and a look at what was
+    opened close the race of a file swapped for a FIFO between the look and the open.
+    ``OSError`` as raised."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotARegularFile(f"{path}: {_kind(mode)}, not a regular file (not opened)")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotARegularFile(f"{path}: {_kind(mode)}, not a regular file (not opened)")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _why_skipped(name: str, exc: Exception) -> str:
+    """The line for a segment of a directory that is skipped."""
+    if isinstance(exc, RecordingError):
+        return f"{exc}; segment skipped"
+    if isinstance(exc, OSError):
+        return f"{name}: cannot read it: {exc.strerror or exc}; segment skipped"
+    return f"{name}: {exc}; segment skipped"
+
+
+def _headers(paths: Sequence[str], on_damage: Callable[[str], None]) -> list[tuple[str, SegmentHeader]]:
+    """The header of every segment at ``paths``, a listed one that cannot be read skipped
+    with a line (a file named is read or raises). :class:`RecordingError` when a directory's
+    segments are all unreadable."""
+    headers: list[tuple[str, SegmentHeader]] = []
+    for path in paths:
+        names = segment_files(path)
+        skipped = 0
+        for name in names:
+            listed = name != path
+            try:
+                with open_segment(name) as stream:
+                    headers.append((name, SegmentReader(stream, name).header))
+            except FileNotFoundError:
+                if not listed:  # else a segment the recorder dropped since the directory was listed
+                    raise
+            except (RecordingError, OSError) as exc:
+                if not listed:
+                    raise
+                skipped += 1
+                on_damage(_why_skipped(name, exc))
+        if skipped and skipped == len(names):
+            raise RecordingError(f"{path}: none of its {skipped} segments can be read")
+    return headers
 
 
 def open_recording(paths: Sequence[str], *, since: float | None = None, until: float | None = None,
@@ -358,15 +499,15 @@ def open_recording(paths: Sequence[str], *, since: float | None = None, until: f
     """Every frame of the segments at ``paths`` (files or directories), each segment's
     header first and its samples whole (:class:`Playback`). Segments that end before
     ``since`` (the next one begins before it) or begin after ``until`` are not opened.
-    :class:`RecordingError` for a file that is not a recording; ``OSError`` as raised."""
-    headers: list[tuple[str, SegmentHeader]] = []
-    for name, listed in ((f, f != p) for p in paths for f in segment_files(p)):
-        try:
-            with open(name, "rb") as stream:
-                headers.append((name, SegmentReader(stream, name).header))
-        except FileNotFoundError:
-            if not listed:  # else a segment the recorder dropped since the directory was listed
-                raise
+
+    A directory's segment that cannot be read (zero bytes, a damaged header, not a regular
+    file, not readable) is skipped, told to ``on_damage`` in one line, and the others read;
+    the damage inside a segment is told there too (:class:`SegmentReader`), and the count
+    of values that are NaN or infinite, one line a segment. A file named in ``paths``
+    that cannot be read: :class:`RecordingError` (:class:`DamagedSegment`,
+    :class:`NotARegularFile`) or ``OSError``, as is a directory of which no segment reads."""
+    tell = on_damage if on_damage is not None else (lambda line: None)
+    headers = _headers(paths, tell)
     headers.sort(key=lambda nh: (nh[1].start_time, nh[1].sequence))
     playback = Playback()
     for i, (name, header) in enumerate(headers):
@@ -376,17 +517,33 @@ def open_recording(paths: Sequence[str], *, since: float | None = None, until: f
         if until is not None and header.start_time > until:
             break
         try:
-            stream = open(name, "rb")  # closed below (with); a segment dropped meanwhile is skipped
-        except FileNotFoundError:
+            stream = open_segment(name)  # closed below (with)
+        except (RecordingError, OSError) as exc:  # dropped or replaced since its header was read
+            if not isinstance(exc, FileNotFoundError):
+                tell(_why_skipped(name, exc))
             continue
         with stream:
-            reader = SegmentReader(stream, name)
-            yield playback.feed(reader.header)
-            for frame in reader:
-                yield playback.feed(frame)
-            if on_damage is not None:
-                for line in reader.damage:
-                    on_damage(line)
+            try:
+                reader = SegmentReader(stream, name)
+            except RecordingError as exc:
+                tell(_why_skipped(name, exc))
+                continue
+            yield from _played(reader, playback, tell)
+
+
+def _played(reader: SegmentReader, playback: Playback, tell: Callable[[str], None]) -> Iterator[Frame]:
+    """One segment's frames through ``playback``, then its damage told."""
+    before = playback.non_finite
+    yield playback.feed(reader.header)  # type: ignore[misc]  # a header is always given out
+    for frame in reader:
+        played = playback.feed(frame)
+        if played is not None:
+            yield played
+    for line in reader.damage:
+        tell(line)
+    skipped = reader.non_finite + playback.non_finite - before
+    if skipped:
+        tell(f"{reader.name}: {skipped} rows or frames holding NaN or an infinity skipped")
 
 
 __all__ = [
@@ -395,7 +552,9 @@ __all__ = [
     "MAX_BATCH_BYTES",
     "RECORDING_TYPES",
     "SUFFIX",
+    "DamagedSegment",
     "HeadroomSnapshot",
+    "NotARegularFile",
     "PeakStack",
     "Playback",
     "RecordingError",
@@ -404,6 +563,7 @@ __all__ = [
     "SegmentWriter",
     "decode_recorded",
     "open_recording",
+    "open_segment",
     "pack_batch",
     "segment_files",
 ]
