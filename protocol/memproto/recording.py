@@ -30,7 +30,7 @@ import msgpack
 
 from .codec import decode_body, encode, encode_sample, unpack
 from .errors import DamagedSegment, NotARegularFile, ProtocolError, RecordingError
-from .frames import Detached, Frame, Sample
+from .frames import AlertRaised, Attached, Detached, Exited, Frame, Sample
 from .framing import frame_bytes
 from .limits import HEADER_BYTES, MAX_FRAME_BYTES
 from .records import SAMPLE_CHECKS, SAMPLE_COLUMNS, Headroom, HostMemory, StackDump
@@ -272,8 +272,9 @@ class SegmentReader:
     batch would show wrong values: missing is better than wrong). The damage is described
     in :attr:`damage` (one line): an incomplete last frame (a recorder killed while writing
     it), a length prefix that cannot be one, a batch that does not inflate, a frame that
-    does not decode. A frame other than a sample holding NaN or an infinity is skipped and
-    counted in :attr:`non_finite` (a sample's are :class:`Playback`'s to skip). A header
+    does not decode. A frame other than a sample holding NaN, an infinity or a time that
+    cannot be is skipped and counted in :attr:`non_finite` (a sample's rows are
+    :class:`Playback`'s to skip). A header
     that cannot be read: :class:`DamagedSegment`; a file that is no recording at all, or of
     a newer format: :class:`RecordingError`."""
 
@@ -281,7 +282,7 @@ class SegmentReader:
         self.stream = stream
         self.name = name
         self.damage: list[str] = []
-        #: Frames skipped for a NaN or an infinity in them.
+        #: Frames skipped for a NaN, an infinity or an impossible time in them.
         self.non_finite = 0
         magic = stream.read(len(MAGIC))
         if not magic:
@@ -297,7 +298,7 @@ class SegmentReader:
             raise DamagedSegment(f"{name}: unreadable header: {exc}") from None
         if not isinstance(header, SegmentHeader):
             raise DamagedSegment(f"{name}: the header is missing or cut short")
-        if not all(math.isfinite(v) for v in (header.start_time, header.interval)):
+        if not (_a_time(header.start_time) and math.isfinite(header.interval)):
             raise DamagedSegment(f"{name}: the header's start time or interval is not a number")
         if header.format > FORMAT_VERSION:
             raise RecordingError(f"{name}: recording format {header.format}; this memagent reads "
@@ -331,7 +332,7 @@ class SegmentReader:
         for inner in payloads:
             try:
                 frame = decode_recorded(inner)
-                if not isinstance(frame, Sample) and not _all_finite(unpack(inner)):
+                if not isinstance(frame, Sample) and not _plausible(frame, unpack(inner)):
                     self.non_finite += 1
                     continue
             except ProtocolError as exc:
@@ -365,32 +366,76 @@ def _all_finite(body: object) -> bool:
     return True
 
 
-def _finite_columns(fields: Sequence[str]) -> list[int]:
-    """The columns of a sample that may hold a float (its other known columns are checked
-    as ints, bools or nil by :meth:`Sample.validate`)."""
-    return [i for i, name in enumerate(fields)
-            if name in SAMPLE_CHECKS and _accepts_float(SAMPLE_CHECKS[name])]
+#: The last second of the year 9999 UTC: a time after it (or before 1970) is no time a
+#: recording was made at, and no clock or date function of the readers takes it.
+LATEST_TIME = 253_402_300_799.0
 
 
-def _accepts_float(kind: type | tuple[type, ...]) -> bool:
-    return float in kind if isinstance(kind, tuple) else kind is float
+def _a_time(t: float) -> bool:
+    """Whether ``t`` can be the time of a recorded frame."""
+    return 0.0 <= t <= LATEST_TIME  # False for NaN too
+
+
+#: Largest count a recorded row may hold (a byte count, a PID): a signed 64-bit one.
+LARGEST_COUNT = 2**63 - 1
+
+
+def _row_checks(fields: Sequence[str]) -> tuple[list[int], list[int]]:
+    """The columns of a sample that hold a time (a row's ``start_time``) and those that
+    hold a count (bytes, a PID: ints, nil where allowed), the types of the known columns
+    being :meth:`Sample.validate`'s to check."""
+    times = [i for i, name in enumerate(fields) if name == "start_time"]
+    counts = [i for i, name in enumerate(fields) if name in SAMPLE_CHECKS and name != "start_time"
+              and _is_count(SAMPLE_CHECKS[name])]
+    return times, counts
+
+
+def _is_count(kind: type | tuple[type, ...]) -> bool:
+    return int in kind if isinstance(kind, tuple) else kind is int
+
+
+def _row_ok(row: Sequence[Any], times: Sequence[int], counts: Sequence[int]) -> bool:
+    """Whether a row's values can be true: its times are times, its counts 0 or more."""
+    return (all(_a_time(row[i]) for i in times)
+            and all(row[i] is None or 0 <= row[i] <= LARGEST_COUNT for i in counts))
+
+
+def _frame_times(frame: Frame) -> list[float | None]:
+    """The times a frame other than a sample carries (checked by :func:`_a_time`)."""
+    if isinstance(frame, (Exited, HeadroomSnapshot)):
+        return [frame.time]
+    if isinstance(frame, AlertRaised):
+        return [frame.alert.time]
+    if isinstance(frame, PeakStack):
+        return [frame.dump.time, frame.start_time]
+    if isinstance(frame, Attached):
+        p = frame.process
+        return [p.start_time, p.attached_at, p.exited_at, p.peak_since]
+    return []
+
+
+def _plausible(frame: Frame, body: object) -> bool:
+    """Whether a frame other than a sample holds only numbers (no NaN, no infinity) and
+    only times that can be."""
+    return _all_finite(body) and all(t is None or _a_time(t) for t in _frame_times(frame))
 
 
 class Playback:
     """Turns a recording's frames back into what a subscriber saw: every ``sample`` with a
     row for every process (changed or not), the processes known from ``attached``.
 
-    A row holding NaN or an infinity is not kept: its process has no row until its next
-    good one (missing, not wrong); a sample whose time or interval is not a number is
-    taken in (the rows after it are written against it) but not given out. Both are
-    counted in :attr:`non_finite`."""
+    A row with a value that cannot be (NaN, an infinity, a start time before 1970 or after
+    the year 9999, :data:`LATEST_TIME`; a negative count) is not kept: its process has no
+    row until its next good one (missing, not wrong). A sample whose time cannot be, or
+    whose interval is not a number, is taken in (the rows after it are written against
+    it) but not given out. Both are counted in :attr:`non_finite`."""
 
     def __init__(self) -> None:
         self.header: SegmentHeader | None = None
         self.rows: dict[tuple[Any, Any], list[Any]] = {}
         self._fields: tuple[str, ...] | None = None
-        self._float_columns: list[int] = []
-        #: Rows and samples skipped for a NaN or an infinity in them.
+        self._checks: tuple[list[int], list[int]] = ([], [])
+        #: Rows and samples skipped for a value in them that cannot be.
         self.non_finite = 0
 
     def feed(self, frame: Frame) -> Frame | None:
@@ -407,16 +452,16 @@ class Playback:
         fields = tuple(frame.fields)
         if fields != self._fields:
             self.rows, self._fields = {}, fields
-            self._float_columns = _finite_columns(fields)
+            self._checks = _row_checks(fields)
         key = _row_key(fields)
-        columns = self._float_columns
+        times, counts = self._checks
         for row in frame.rows:
-            if all(row[i] is None or math.isfinite(row[i]) for i in columns):
+            if _row_ok(row, times, counts):
                 self.rows[key(row)] = row
             else:
                 self.non_finite += 1
                 self.rows.pop(key(row), None)
-        if not (math.isfinite(frame.time) and math.isfinite(frame.interval)):
+        if not (_a_time(frame.time) and math.isfinite(frame.interval)):
             self.non_finite += 1
             return None
         return Sample(frame.seq, frame.time, frame.interval, list(fields), list(self.rows.values()))
@@ -543,7 +588,8 @@ def _played(reader: SegmentReader, playback: Playback, tell: Callable[[str], Non
         tell(line)
     skipped = reader.non_finite + playback.non_finite - before
     if skipped:
-        tell(f"{reader.name}: {skipped} rows or frames holding NaN or an infinity skipped")
+        tell(f"{reader.name}: {skipped} rows or frames skipped for values that cannot be "
+             "(NaN, infinite, out of range)")
 
 
 __all__ = [
