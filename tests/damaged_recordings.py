@@ -220,7 +220,7 @@ def damaged_directory(folder: Path) -> dict[str, str]:
     bad = {
         "seg-0005.mrec": "zero bytes",
         "seg-0006.mrec": "cut short or damaged",
-        "seg-0007.mrec": "unreadable header",
+        "seg-0007.mrec": "header is missing or cut short",
         "seg-0008.mrec": "a FIFO",
         "seg-0009.mrec": "a directory",
         "seg-0010.mrec": "a FIFO",

@@ -460,11 +460,19 @@ class Playback:
                 self.rows[key(row)] = row
             else:
                 self.non_finite += 1
-                self.rows.pop(key(row), None)
+                self._forget(row, fields)
         if not (_a_time(frame.time) and math.isfinite(frame.interval)):
             self.non_finite += 1
             return None
         return Sample(frame.seq, frame.time, frame.interval, list(fields), list(self.rows.values()))
+
+    def _forget(self, row: Sequence[Any], fields: Sequence[str]) -> None:
+        """The process of a bad row has no row until its next good one: by its key, or
+        every process of its PID when the start time is the bad value (no key matches)."""
+        pid = row[fields.index("pid")]
+        if self.rows.pop(_row_key(fields)(row), None) is None:
+            for k in [k for k in self.rows if k[0] == pid]:
+                del self.rows[k]
 
 
 def segment_files(path: str) -> list[str]:
