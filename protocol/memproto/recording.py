@@ -396,8 +396,14 @@ def _is_count(kind: type | tuple[type, ...]) -> bool:
 
 def _row_ok(row: Sequence[Any], times: Sequence[int], counts: Sequence[int]) -> bool:
     """Whether a row's values can be true: its times are times, its counts 0 or more."""
-    return (all(_a_time(row[i]) for i in times)
-            and all(row[i] is None or 0 <= row[i] <= LARGEST_COUNT for i in counts))
+    for i in times:  # loops, not all(): called for every row read
+        if not 0.0 <= row[i] <= LATEST_TIME:  # False for NaN too
+            return False
+    for i in counts:
+        value = row[i]
+        if value is not None and not 0 <= value <= LARGEST_COUNT:
+            return False
+    return True
 
 
 def _frame_times(frame: Frame) -> list[float | None]:
