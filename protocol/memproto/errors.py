@@ -52,3 +52,18 @@ class RecordingError(ProtocolError):
     (the daemon's sessions, the CLI's ``main``, memtop's link) no recording is read; the
     readers of recordings catch :class:`RecordingError` by name.
     """
+
+
+class DamagedSegment(RecordingError):
+    """A segment whose start cannot be read: zero bytes, a cut or damaged magic or header
+    (a segment renamed into place but never written to the disk, after a power loss).
+    In a directory the readers skip it with this one line and read the others."""
+
+    code = "damaged_segment"
+
+
+class NotARegularFile(RecordingError):
+    """A path named like a segment that is not a regular file (a FIFO, a device, a
+    directory, a link to one): never opened for reading, so that it cannot hang a reader."""
+
+    code = "not_regular_file"

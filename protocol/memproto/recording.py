@@ -18,7 +18,9 @@ opened (:func:`open_recording` is the one convenience that opens files).
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,11 +29,11 @@ from typing import Any, BinaryIO, ClassVar
 import msgpack
 
 from .codec import decode_body, encode, encode_sample, unpack
-from .errors import ProtocolError, RecordingError
-from .frames import Detached, Frame, Sample
+from .errors import DamagedSegment, NotARegularFile, ProtocolError, RecordingError
+from .frames import AlertRaised, Attached, Detached, Exited, Frame, Sample
 from .framing import frame_bytes
 from .limits import HEADER_BYTES, MAX_FRAME_BYTES
-from .records import SAMPLE_COLUMNS, Headroom, HostMemory, StackDump
+from .records import SAMPLE_CHECKS, SAMPLE_COLUMNS, Headroom, HostMemory, StackDump
 from .schema import from_wire, wire
 from .version import PROTOCOL_MAJOR
 
@@ -265,35 +267,50 @@ class SegmentReader:
     """Reads one segment from a binary stream: :attr:`header` at once, the frames as
     iterated (batches opened, the wire's rules for samples left to :class:`Playback`).
 
-    A damaged part does not stop the reading: an incomplete last frame (a recorder killed
-    while writing it) or a batch that does not decode is skipped and described in
-    :attr:`damage`, and the frames after it are read. Only a length prefix that cannot be
-    one (the stream is out of step) ends the segment early, described too."""
+    Damage ends the segment where it is found: what came before it is read, what comes
+    after is not (a sample lists only the rows that changed, so the samples after a lost
+    batch would show wrong values: missing is better than wrong). The damage is described
+    in :attr:`damage` (one line): an incomplete last frame (a recorder killed while writing
+    it), a length prefix that cannot be one, a batch that does not inflate, a frame that
+    does not decode. A frame other than a sample holding NaN, an infinity or a time that
+    cannot be is skipped and counted in :attr:`non_finite` (a sample's rows are
+    :class:`Playback`'s to skip). A header
+    that cannot be read: :class:`DamagedSegment`; a file that is no recording at all, or of
+    a newer format: :class:`RecordingError`."""
 
     def __init__(self, stream: BinaryIO, name: str = "recording") -> None:
         self.stream = stream
         self.name = name
         self.damage: list[str] = []
-        if stream.read(len(MAGIC)) != MAGIC:
+        #: Frames skipped for a NaN, an infinity or an impossible time in them.
+        self.non_finite = 0
+        magic = stream.read(len(MAGIC))
+        if not magic:
+            raise DamagedSegment(f"{name}: zero bytes (a segment never written: a crash or a power loss)")
+        if magic != MAGIC:
+            if MAGIC.startswith(magic) or _near_magic(magic):
+                raise DamagedSegment(f"{name}: the segment's first bytes are cut short or damaged")
             raise RecordingError(f"{name}: not a memagent recording")
         try:
             payload, _ = _read_frame(stream)
             header = decode_recorded(payload) if payload is not None else None
         except ProtocolError as exc:
-            raise RecordingError(f"{name}: unreadable header: {exc}") from None
+            raise DamagedSegment(f"{name}: unreadable header: {exc}") from None
         if not isinstance(header, SegmentHeader):
-            raise RecordingError(f"{name}: the header is missing or cut short")
+            raise DamagedSegment(f"{name}: the header is missing or cut short")
+        if not (_a_time(header.start_time) and math.isfinite(header.interval)):
+            raise DamagedSegment(f"{name}: the header's start time or interval is not a number")
         if header.format > FORMAT_VERSION:
             raise RecordingError(f"{name}: recording format {header.format}; this memagent reads "
                                  f"format {FORMAT_VERSION} and older")
         self.header = header
 
     def __iter__(self) -> Iterator[Frame]:
-        while True:
+        while not self.damage:
             try:
                 payload, partial = _read_frame(self.stream)
             except ProtocolError as exc:
-                self.damage.append(f"{self.name}: stopped at byte {self.stream.tell()}: {exc}")
+                self.damage.append(f"{self.name}: stopped at byte {self.stream.tell()}: {exc}; the rest skipped")
                 return
             if payload is None:
                 if partial:
@@ -310,47 +327,230 @@ class SegmentReader:
             else:
                 payloads = [payload]
         except ProtocolError as exc:
-            self.damage.append(f"{self.name}: a damaged batch skipped: {exc}")
+            self.damage.append(f"{self.name}: a damaged batch: {exc}; the rest of the segment skipped")
             return
         for inner in payloads:
             try:
-                yield decode_recorded(inner)
+                frame = decode_recorded(inner)
+                if not isinstance(frame, Sample) and not _plausible(frame, unpack(inner)):
+                    self.non_finite += 1
+                    continue
             except ProtocolError as exc:
-                if exc.code != "unknown_request":  # a newer recorder's frame type: skipped quietly
-                    self.damage.append(f"{self.name}: a frame skipped: {exc}")
+                if exc.code == "unknown_request":  # a newer recorder's frame type: skipped quietly
+                    continue
+                self.damage.append(f"{self.name}: a frame that does not decode: {exc}; "
+                                   "the rest of the segment skipped")
+                return
+            yield frame
+
+
+def _near_magic(head: bytes) -> bool:
+    """Whether ``head`` is :data:`MAGIC` with a few bytes damaged (a segment of ours with
+    a flipped byte, not another kind of file)."""
+    return len(head) == len(MAGIC) and sum(a != b for a, b in zip(head, MAGIC, strict=True)) <= 3
+
+
+def _all_finite(body: object) -> bool:
+    """Whether every float in an unpacked frame is a number (no NaN, no infinity). Walked
+    with a list, not recursion: msgpack nests deeper than Python recurses."""
+    todo = [body]
+    while todo:
+        value = todo.pop()
+        if type(value) is float:
+            if not math.isfinite(value):
+                return False
+        elif type(value) is list:
+            todo.extend(value)
+        elif type(value) is dict:
+            todo.extend(value.values())
+    return True
+
+
+#: The last second of the year 9999 UTC: a time after it (or before 1970) is no time a
+#: recording was made at, and no clock or date function of the readers takes it.
+LATEST_TIME = 253_402_300_799.0
+
+
+def _a_time(t: float) -> bool:
+    """Whether ``t`` can be the time of a recorded frame."""
+    return 0.0 <= t <= LATEST_TIME  # False for NaN too
+
+
+#: Largest count a recorded row may hold (a byte count, a PID): a signed 64-bit one.
+LARGEST_COUNT = 2**63 - 1
+
+
+def _row_checks(fields: Sequence[str]) -> tuple[list[int], list[int]]:
+    """The columns of a sample that hold a time (a row's ``start_time``) and those that
+    hold a count (bytes, a PID: ints, nil where allowed), the types of the known columns
+    being :meth:`Sample.validate`'s to check."""
+    times = [i for i, name in enumerate(fields) if name == "start_time"]
+    counts = [i for i, name in enumerate(fields) if name in SAMPLE_CHECKS and name != "start_time"
+              and _is_count(SAMPLE_CHECKS[name])]
+    return times, counts
+
+
+def _is_count(kind: type | tuple[type, ...]) -> bool:
+    return int in kind if isinstance(kind, tuple) else kind is int
+
+
+def _row_ok(row: Sequence[Any], times: Sequence[int], counts: Sequence[int]) -> bool:
+    """Whether a row's values can be true: its times are times, its counts 0 or more."""
+    for i in times:  # loops, not all(): called for every row read
+        if not 0.0 <= row[i] <= LATEST_TIME:  # False for NaN too
+            return False
+    for i in counts:
+        value = row[i]
+        if value is not None and not 0 <= value <= LARGEST_COUNT:
+            return False
+    return True
+
+
+def _frame_times(frame: Frame) -> list[float | None]:
+    """The times a frame other than a sample carries (checked by :func:`_a_time`)."""
+    if isinstance(frame, (Exited, HeadroomSnapshot)):
+        return [frame.time]
+    if isinstance(frame, AlertRaised):
+        return [frame.alert.time]
+    if isinstance(frame, PeakStack):
+        return [frame.dump.time, frame.start_time]
+    if isinstance(frame, Attached):
+        p = frame.process
+        return [p.start_time, p.attached_at, p.exited_at, p.peak_since]
+    return []
+
+
+def _plausible(frame: Frame, body: object) -> bool:
+    """Whether a frame other than a sample holds only numbers (no NaN, no infinity) and
+    only times that can be."""
+    return _all_finite(body) and all(t is None or _a_time(t) for t in _frame_times(frame))
 
 
 class Playback:
     """Turns a recording's frames back into what a subscriber saw: every ``sample`` with a
-    row for every process (changed or not), the processes known from ``attached``."""
+    row for every process (changed or not), the processes known from ``attached``.
+
+    A row with a value that cannot be (NaN, an infinity, a start time before 1970 or after
+    the year 9999, :data:`LATEST_TIME`; a negative count) is not kept: its process has no
+    row until its next good one (missing, not wrong). A sample whose time cannot be, or
+    whose interval is not a number, is taken in (the rows after it are written against
+    it) but not given out. Both are counted in :attr:`non_finite`."""
 
     def __init__(self) -> None:
         self.header: SegmentHeader | None = None
         self.rows: dict[tuple[Any, Any], list[Any]] = {}
         self._fields: tuple[str, ...] | None = None
+        self._checks: tuple[list[int], list[int]] = ([], [])
+        #: Rows and samples skipped for a value in them that cannot be.
+        self.non_finite = 0
 
-    def feed(self, frame: Frame) -> Frame:
+    def feed(self, frame: Frame) -> Frame | None:
+        """The frame as a subscriber had it; None for a sample that is not given out."""
         if isinstance(frame, SegmentHeader):
             self.header, self.rows, self._fields = frame, {}, None
         elif isinstance(frame, Sample):
-            fields = tuple(frame.fields)
-            if fields != self._fields:
-                self.rows, self._fields = {}, fields
-            key = _row_key(fields)
-            for row in frame.rows:
-                self.rows[key(row)] = row
-            return Sample(frame.seq, frame.time, frame.interval, list(fields), list(self.rows.values()))
+            return self._sample(frame)
         elif isinstance(frame, Detached):
             self.rows.pop((frame.pid, frame.start_time), None)
         return frame  # an attached process's row comes with the next sample
 
+    def _sample(self, frame: Sample) -> Sample | None:
+        fields = tuple(frame.fields)
+        if fields != self._fields:
+            self.rows, self._fields = {}, fields
+            self._checks = _row_checks(fields)
+        key = _row_key(fields)
+        times, counts = self._checks
+        for row in frame.rows:
+            if _row_ok(row, times, counts):
+                self.rows[key(row)] = row
+            else:
+                self.non_finite += 1
+                self._forget(row, fields)
+        if not (_a_time(frame.time) and math.isfinite(frame.interval)):
+            self.non_finite += 1
+            return None
+        return Sample(frame.seq, frame.time, frame.interval, list(fields), list(self.rows.values()))
+
+    def _forget(self, row: Sequence[Any], fields: Sequence[str]) -> None:
+        """The process of a bad row has no row until its next good one: by its key, or
+        every process of its PID when the start time is the bad value (no key matches)."""
+        pid = row[fields.index("pid")]
+        if self.rows.pop(_row_key(fields)(row), None) is None:
+            for k in [k for k in self.rows if k[0] == pid]:
+                del self.rows[k]
+
 
 def segment_files(path: str) -> list[str]:
     """The segments of a recording at ``path``: the file itself, or a directory's ``*.mrec``
-    files in the order they were written (their names sort so)."""
+    files in the order they were written (their names sort so). Whether each is a regular
+    file is :func:`open_segment`'s to say."""
     if os.path.isdir(path):
         return [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(SUFFIX)]
     return [path]
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def open_segment(path: str) -> BinaryIO:
+    """``path`` opened for reading, if it is a regular file (through a link or not):
+    :class:`NotARegularFile` for a FIFO, a device, a directory or a socket, which is never
+    opened for reading (a FIFO would hang the reader). ``O_NONBLOCK`` and a look at what was
+    opened close the race of a file swapped for a FIFO between the look and the open.
+    ``OSError`` as raised."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotARegularFile(f"{path}: {_kind(mode)}, not a regular file (not opened)")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotARegularFile(f"{path}: {_kind(mode)}, not a regular file (not opened)")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _why_skipped(name: str, exc: Exception) -> str:
+    """The line for a segment of a directory that is skipped."""
+    if isinstance(exc, RecordingError):
+        return f"{exc}; segment skipped"
+    if isinstance(exc, OSError):
+        return f"{name}: cannot read it: {exc.strerror or exc}; segment skipped"
+    return f"{name}: {exc}; segment skipped"
+
+
+def _headers(paths: Sequence[str], on_damage: Callable[[str], None]) -> list[tuple[str, SegmentHeader]]:
+    """The header of every segment at ``paths``, a listed one that cannot be read skipped
+    with a line (a file named is read or raises). :class:`RecordingError` when a directory's
+    segments are all unreadable."""
+    headers: list[tuple[str, SegmentHeader]] = []
+    for path in paths:
+        names = segment_files(path)
+        skipped = 0
+        for name in names:
+            listed = name != path
+            try:
+                with open_segment(name) as stream:
+                    headers.append((name, SegmentReader(stream, name).header))
+            except FileNotFoundError:
+                if not listed:  # else a segment the recorder dropped since the directory was listed
+                    raise
+            except (RecordingError, OSError) as exc:
+                if not listed:
+                    raise
+                skipped += 1
+                on_damage(_why_skipped(name, exc))
+        if skipped and skipped == len(names):
+            raise RecordingError(f"{path}: none of its {skipped} segments can be read")
+    return headers
 
 
 def open_recording(paths: Sequence[str], *, since: float | None = None, until: float | None = None,
@@ -358,15 +558,15 @@ def open_recording(paths: Sequence[str], *, since: float | None = None, until: f
     """Every frame of the segments at ``paths`` (files or directories), each segment's
     header first and its samples whole (:class:`Playback`). Segments that end before
     ``since`` (the next one begins before it) or begin after ``until`` are not opened.
-    :class:`RecordingError` for a file that is not a recording; ``OSError`` as raised."""
-    headers: list[tuple[str, SegmentHeader]] = []
-    for name, listed in ((f, f != p) for p in paths for f in segment_files(p)):
-        try:
-            with open(name, "rb") as stream:
-                headers.append((name, SegmentReader(stream, name).header))
-        except FileNotFoundError:
-            if not listed:  # else a segment the recorder dropped since the directory was listed
-                raise
+
+    A directory's segment that cannot be read (zero bytes, a damaged header, not a regular
+    file, not readable) is skipped, told to ``on_damage`` in one line, and the others read;
+    the damage inside a segment is told there too (:class:`SegmentReader`), and the count
+    of values that are NaN or infinite, one line a segment. A file named in ``paths``
+    that cannot be read: :class:`RecordingError` (:class:`DamagedSegment`,
+    :class:`NotARegularFile`) or ``OSError``, as is a directory of which no segment reads."""
+    tell = on_damage if on_damage is not None else (lambda line: None)
+    headers = _headers(paths, tell)
     headers.sort(key=lambda nh: (nh[1].start_time, nh[1].sequence))
     playback = Playback()
     for i, (name, header) in enumerate(headers):
@@ -376,17 +576,34 @@ def open_recording(paths: Sequence[str], *, since: float | None = None, until: f
         if until is not None and header.start_time > until:
             break
         try:
-            stream = open(name, "rb")  # closed below (with); a segment dropped meanwhile is skipped
-        except FileNotFoundError:
+            stream = open_segment(name)  # closed below (with)
+        except (RecordingError, OSError) as exc:  # dropped or replaced since its header was read
+            if not isinstance(exc, FileNotFoundError):
+                tell(_why_skipped(name, exc))
             continue
         with stream:
-            reader = SegmentReader(stream, name)
-            yield playback.feed(reader.header)
-            for frame in reader:
-                yield playback.feed(frame)
-            if on_damage is not None:
-                for line in reader.damage:
-                    on_damage(line)
+            try:
+                reader = SegmentReader(stream, name)
+            except RecordingError as exc:
+                tell(_why_skipped(name, exc))
+                continue
+            yield from _played(reader, playback, tell)
+
+
+def _played(reader: SegmentReader, playback: Playback, tell: Callable[[str], None]) -> Iterator[Frame]:
+    """One segment's frames through ``playback``, then its damage told."""
+    before = playback.non_finite
+    yield playback.feed(reader.header)  # type: ignore[misc]  # a header is always given out
+    for frame in reader:
+        played = playback.feed(frame)
+        if played is not None:
+            yield played
+    for line in reader.damage:
+        tell(line)
+    skipped = reader.non_finite + playback.non_finite - before
+    if skipped:
+        tell(f"{reader.name}: {skipped} rows or frames skipped for values that cannot be "
+             "(NaN, infinite, out of range)")
 
 
 __all__ = [
@@ -395,7 +612,9 @@ __all__ = [
     "MAX_BATCH_BYTES",
     "RECORDING_TYPES",
     "SUFFIX",
+    "DamagedSegment",
     "HeadroomSnapshot",
+    "NotARegularFile",
     "PeakStack",
     "Playback",
     "RecordingError",
@@ -404,6 +623,7 @@ __all__ = [
     "SegmentWriter",
     "decode_recorded",
     "open_recording",
+    "open_segment",
     "pack_batch",
     "segment_files",
 ]

@@ -206,3 +206,30 @@ def test_another_user_records_its_own_and_may_not_read_roots_recorder(
     finally:
         theirs.kill()
         theirs.wait()
+
+
+def test_the_flight_recorder_with_a_zero_length_segment_reads_the_rest(
+        start_daemon: Callable[..., Daemon], make_target: Callable[..., Target], tmp_path: Path) -> None:
+    """A real daemon's recorder directory, with what a power loss can leave (a segment of
+    zero bytes, one whose magic lost a byte) and a FIFO named like a segment: ``report``
+    and ``history`` of the daemon's own recorder read its segment, one line per bad file,
+    exit 0, no hang (issue 25, point 6)."""
+    state = tmp_path / "state"
+    d = start_daemon("--interval", "0.1", "--state-dir", str(state))
+    t = make_target()
+    with d.client() as c:
+        c.attach([t.pid], label="model")
+    record = state / "record"
+    poll("the recorder's first batches", lambda: sum(
+        isinstance(f, Sample) for p in record.glob("*.mrec") for f in frames(p)) >= 3)
+    (record / "00000000T000000Z-000000.mrec").write_bytes(b"")
+    (record / "00000000T000000Z-000001.mrec").write_bytes(b"\x89MEMREX\r\n\x1a\n" + b"\x00" * 32)
+    os.mkfifo(record / "00000000T000000Z-000002.mrec")
+    for argv in (["report", "--json"], ["history", "--from", "recording", "--since", "1h", "--json"]):
+        r = memagent_cli("--socket", d.socket, *argv)
+        assert r.returncode == 0, (argv, r.stderr)
+        lines = r.stderr.splitlines()
+        assert [line.split(": ")[1].rsplit("-", 1)[1] for line in lines[:3]] == [
+            "000000.mrec", "000001.mrec", "000002.mrec"], lines
+        assert "zero bytes" in lines[0] and "cut short or damaged" in lines[1] and "a FIFO" in lines[2]
+        assert str(t.pid) in r.stdout and "Traceback" not in r.stderr

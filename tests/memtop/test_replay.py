@@ -289,3 +289,25 @@ def test_replay_with_a_live_option_is_a_usage_error(recording: Path, extra: list
                        stdin=subprocess.DEVNULL, timeout=30)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.splitlines()[-1] == f"memtop: error: --replay plays a recording, without an agent: not with {flag}"
+
+
+async def test_a_directory_with_damaged_segments_plays_the_rest_and_says_so(tmp_path: Path) -> None:
+    """Good segments, damaged ones and paths named ``*.mrec`` that are no files (a FIFO
+    would hang a reader that opened it): the good ones play, the damage is one notice each
+    (the first few, then a count); a file name is shown as text, not as markup."""
+    from damaged_recordings import GOOD_PID, damaged_directory
+
+    folder = tmp_path / "record"
+    bad = damaged_directory(folder)
+    (folder / "[b]x[i].mrec").write_bytes(b"")  # as markup, the name would show as "x"
+    app = NotedReplay(str(folder), paused=True)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: not app.replay.loading and len(app.notes) >= 4)
+        assert not app.replay.error
+        assert app.notes[0].startswith(f"{folder}/[b]x[i].mrec: zero bytes")
+        assert not any(n.markup for n in app._notifications)
+        damaged = len(bad) + 2 + 1  # the files, two segments damaged inside, the markup one
+        assert app.notes[3] == f"and {damaged - 3} more damaged parts skipped"
+        app.replayer.seek_to(app.replay.last)
+        await until(pilot, lambda: app.replay.clock == app.replay.last)
+        assert row(app, GOOD_PID).rss > 0

@@ -27,6 +27,7 @@ from textual.widget import Widget
 from textual.widgets import Input
 
 from memproto.recording import RecordingError
+from memproto.text import printable
 
 from .app import MemtopApp
 from .messages import ReplayMoved, ReplayNote
@@ -278,7 +279,8 @@ class ReplayApp(MemtopApp):
             self.snapshot = message.snapshot
 
     def on_replay_note(self, message: ReplayNote) -> None:
-        self.notify(message.text, severity=message.severity)
+        # Plain text: a note names files, whose names are anyone's (a "[" is no markup here).
+        self.notify(printable(message.text), severity=message.severity, markup=False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The replay keys act on the main screen only, and not while the filter is typed

@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from memproto.text import printable
+
 from .args import UsageError
 
 if TYPE_CHECKING:  # the reader is imported when a command reads, not when the parser is built
@@ -58,8 +60,8 @@ def load_timeline(args: argparse.Namespace, prog: str, *, pids: Iterable[int] = 
     from ..recordings.source import read_timeline, source_paths
 
     since, until = window(args, prog)
-    timeline = read_timeline(source_paths(getattr(args, "source", None), getattr(args, "socket", None)),
-                             since, until, pids=pids, labels=labels)
-    for line in timeline.damage:
-        print(f"{prog}: {line}", file=sys.stderr)
-    return timeline
+    def tell(line: str) -> None:
+        print(f"{prog}: {printable(line)}", file=sys.stderr)
+
+    return read_timeline(source_paths(getattr(args, "source", None), getattr(args, "socket", None)),
+                         since, until, pids=pids, labels=labels, on_damage=tell)

@@ -7,7 +7,7 @@ to print. The flags that name them: :mod:`memagent.cli.recording_args`."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from memproto.client_side import ClientError
 from memproto.paths import user_socket
@@ -52,12 +52,20 @@ def source_paths(source: str | None, socket: str | None) -> list[str]:
 
 
 def read_timeline(paths: list[str], since: float | None, until: float | None, *, pids: Iterable[int] = (),
-                  labels: Iterable[str] = ()) -> Timeline:
+                  labels: Iterable[str] = (), on_damage: Callable[[str], None] | None = None) -> Timeline:
     """The recording at ``paths``, cut to its window and processes; the damage a reader
-    skipped is in its ``damage``, one line each. Nothing readable: :class:`RecordingUnavailable`."""
+    skipped (a segment that cannot be read, a damaged part of one, values that are NaN or
+    infinite) is in its ``damage``, one line each, and told to ``on_damage`` as found (so
+    that it is said even when nothing reads). Nothing readable: :class:`RecordingUnavailable`."""
     damage: list[str] = []
+
+    def found(line: str) -> None:
+        damage.append(line)
+        if on_damage is not None:
+            on_damage(line)
+
     try:
-        frames = open_recording(paths, since=since, until=until, on_damage=damage.append)
+        frames = open_recording(paths, since=since, until=until, on_damage=found)
         timeline = build_timeline(frames, since=since, until=until, pids=pids, labels=labels)
     except RecordingError as exc:
         raise RecordingUnavailable(str(exc)) from None
