@@ -144,8 +144,9 @@ def _signals(child: Child) -> None:
                 os.kill(child.pid, info.si_signo)
 
 
-def _kill_tree(child: Child, watch: Watch) -> None:
-    for pid in {child.pid} | watch.alive:
+def _kill_tree(child: Child, watch: Watch | None) -> None:
+    """SIGKILL CMD and what the agent saw alive of its tree."""
+    for pid in {child.pid} | (watch.alive if watch is not None else set()):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -259,15 +260,17 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
         with connect(args.socket) as daemon:
             daemon.status()
     budget = RunBudget(args.budget_rss, args.budget_vram, args.per_process)
-    from .run_agent import Child, RunAgent, become_subreaper  # the agent (and asyncio): only for this command
+    from .run_agent import Child, RunAgent, become_subreaper, mark_as_gate  # the agent (and asyncio): only here
 
     become_subreaper()
+    mark_as_gate()  # before CMD is forked: any descendant can tell a run watches it (marks.py)
     # The agent's warnings (no py-spy, no process events) would print while CMD runs: they
     # come in the summary instead (Figures.notes); its errors still show.
     logging.getLogger("memagent").setLevel(logging.ERROR)
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED_SIGNALS)
     child = Child(argv, set(old_mask))
     agent: RunAgent | None = None
+    watch: Watch | None = None
     try:
         agent = RunAgent(args.interval)
         agent.start()
@@ -291,6 +294,9 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
     finally:
         if not child.released:  # the agent failed before CMD was released: it never runs
             child.abandon()
+        elif child.wait_status is None:  # the gate fails while CMD runs: it must not run on unwatched
+            _kill_tree(child, watch)
+            child.reap(block=True)
         if agent is not None:
             agent.stop()
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)

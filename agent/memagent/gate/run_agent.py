@@ -13,23 +13,39 @@ import signal
 
 from ..agent_thread import AgentThread
 from ..config import AgentConfig, HeadroomConfig
+from ..proc.children import die_with
+from .marks import GATE_COMM, UNDER_RUN
 
 MiB = 1 << 20
 #: The run's tree is small and short-lived, and its verdict is a gate: its sharing is read
 #: far more often than the daemon's (a 200 MiB process's ``smaps_rollup`` costs ~0.7 ms).
 RUN_HEADROOM = HeadroomConfig(pss_refresh=1.0, pss_drift=8 * MiB)
 
+PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, arg: int | bytes) -> bool:
+    """libc's ``prctl(option, arg)``; whether it succeeded (False without ``prctl``)."""
+    try:
+        import ctypes
+
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def become_subreaper() -> None:
     """CMD's orphans come to us, not to init (best effort: without ``prctl`` they go)."""
-    try:
-        import ctypes
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+
+def mark_as_gate() -> bool:
+    """Name this thread (the main one: the process's ``comm``) :data:`~.marks.GATE_COMM`,
+    which every descendant can read in ``/proc/PID/stat`` whatever its environment
+    (:mod:`.marks`: the pytest plugin then leaves its high-water mark to us). Called in
+    the thread that forks CMD, before it does; whether the kernel took the name."""
+    return _prctl(PR_SET_NAME, GATE_COMM.encode())
 
 
 class Child:
@@ -38,16 +54,23 @@ class Child:
     def __init__(self, argv: list[str], mask: set[int]) -> None:
         go_r, go_w = os.pipe()
         err_r, err_w = os.pipe()  # close-on-exec: EOF tells the exec succeeded
+        # CMD dies with us, even when we are SIGKILLed (a CI runner's timeout): a gate's
+        # command must not run on unwatched. PR_SET_PDEATHSIG fires when the thread that
+        # forked ends: this one, the main thread, which lives as long as the run.
+        tie_to_us = die_with(os.getpid())
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child: restore the mask, wait, exec
             code = 127
             try:
+                if tie_to_us is not None:
+                    tie_to_us()
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 os.close(go_w)
                 os.close(err_r)
                 if os.read(go_r, 1):
-                    # memagent's pytest plugin then leaves the high-water mark alone (ours to judge).
-                    os.environ["MEMAGENT_RUN_PID"] = str(os.getppid())
+                    # memagent's pytest plugin then leaves the high-water mark alone (ours to
+                    # judge); where an `env -i` strips it, our thread name says it (marks.py).
+                    os.environ[UNDER_RUN] = str(os.getppid())
                     try:
                         os.execvp(argv[0], argv)
                     except OSError as exc:
