@@ -361,8 +361,16 @@ def test_a_link_planted_while_cmd_runs_is_not_followed(test_user: pwd.struct_pas
     assert victim.read_text() == "precious\n"
 
 
-#: Prints its PID, then sleeps: a command that would outlive a killed gate.
-SLEEPER = "import os, time; print(os.getpid(), flush=True); time.sleep(120)"
+#: Forks a child; each prints its PID, then sleeps: a tree that would outlive a killed gate.
+SLEEPER = textwrap.dedent("""
+    import os, time
+    if os.fork() == 0:
+        print(os.getpid(), flush=True)
+    else:
+        time.sleep(0.2)
+        print(os.getpid(), flush=True)
+    time.sleep(120)
+""")
 
 
 def _gone(pid: int) -> bool:
@@ -376,28 +384,33 @@ def _gone(pid: int) -> bool:
 
 def test_sigkill_of_the_gate_kills_the_command(test_user: pwd.struct_passwd) -> None:
     """Issue 25, point 9: ``kill -9`` of ``memagent run`` (a CI runner's timeout) used to leave
-    CMD running, unwatched; CMD now dies with it (PR_SET_PDEATHSIG). As the second user,
-    with the system's Python."""
+    CMD running, unwatched; CMD now dies with it (PR_SET_PDEATHSIG), and so does CMD's child,
+    once the agent has seen it (the run's sentinel kills it). As the second user, with the
+    system's Python. The gate is killed once its own progress line counts both running."""
     site = next(p for p in sys.path if p.endswith("site-packages") and ".venv" in p)
     root = Path(__file__).resolve().parents[2]
-    gate = subprocess.Popen(["/usr/bin/python3", "-m", "memagent.cli", "run", "--", "/usr/bin/python3", "-c",
-                             SLEEPER], user=test_user.pw_uid, group=test_user.pw_gid, extra_groups=[], cwd="/",
+    gate = subprocess.Popen(["/usr/bin/python3", "-m", "memagent.cli", "run", "--progress", "--",
+                             "/usr/bin/python3", "-c", SLEEPER],
+                            user=test_user.pw_uid, group=test_user.pw_gid, extra_groups=[], cwd="/",
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{root}/protocol:{root}/agent:{site}"})
-    cmd = 0
+    tree: list[int] = []
     try:
-        assert gate.stdout is not None
-        cmd = int(gate.stdout.readline())
-        assert not _gone(cmd)
+        assert gate.stdout is not None and gate.stderr is not None
+        tree = [int(gate.stdout.readline()), int(gate.stdout.readline())]
+        while " 2 running" not in (line := gate.stderr.readline()):
+            assert line, "the gate ended before it saw the tree"
+        assert not any(map(_gone, tree))
         gate.kill()
         gate.wait(timeout=10)
-        deadline = time.monotonic() + 10.0  # the kernel sends the signal as the gate exits: milliseconds
-        while not _gone(cmd) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 10.0  # the kernel and the sentinel act as the gate dies: milliseconds
+        while not all(map(_gone, tree)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _gone(cmd), f"CMD (PID {cmd}) still runs after its gate was SIGKILLed"
+        assert all(map(_gone, tree)), f"still running after their gate was SIGKILLed: {tree}"
     finally:
         if gate.poll() is None:
             gate.kill()
             gate.wait()
-        if cmd and not _gone(cmd):
-            os.kill(cmd, signal.SIGKILL)
+        for pid in tree:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
