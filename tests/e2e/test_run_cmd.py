@@ -7,14 +7,18 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import memagent_cli
+from conftest import as_user, memagent_cli
 
 from memproto.recording import open_recording
 
@@ -247,6 +251,18 @@ def test_record_writes_a_recording(tmp_path: Path) -> None:
     ["--budget-rss", "-1", "--", "true"],
     ["--over-budget-status", "256", "--", "true"],
     ["--interval", "nan", "--", "true"],
+    # Issue 25, point 9: values that were taken and made no sense (a budget over before CMD
+    # starts, a sampler that spins a core), and the rest of their kind.
+    ["--budget-rss", "0", "--", "true"],
+    ["--budget-vram", "0", "--", "true"],
+    ["--budget-rss", "0MiB", "--", "true"],
+    ["--budget-rss", "100PiB", "--", "true"],
+    ["--interval", "1e-9", "--", "true"],
+    ["--interval", "0", "--", "true"],
+    ["--interval", "-0.1", "--", "true"],
+    ["--interval", "inf", "--", "true"],
+    ["--interval", "1e9", "--", "true"],
+    ["--over-budget-status", "-1", "--", "true"],
     [],
     ["--"],
 ])
@@ -254,6 +270,17 @@ def test_hostile_arguments_one_line(args: list[str]) -> None:
     r = memagent_cli("run", *args)
     assert r.returncode == 2
     one_line(r.stderr)
+    assert "Σ RSS" not in r.stderr  # refused before CMD ran: no summary
+
+
+@pytest.mark.parametrize("args", [["--rss", "0"], ["--rss", "1G", "--vram", "0"], ["--rss", "nan"],
+                                  ["--rss", "-5"], ["--rss", "100PiB"]])
+def test_admit_refuses_meaningless_sizes(args: list[str], tmp_path: Path) -> None:
+    """Refused as usage errors (2), before any daemon is asked (there is none here)."""
+    r = memagent_cli("admit", *args, env={"MEMAGENT_SOCKET": str(tmp_path / "none.sock")})
+    assert r.returncode == 2
+    one_line(r.stderr)
+    assert "argument --" in r.stderr, r.stderr
 
 
 def test_hostile_command_name_one_line(tmp_path: Path) -> None:
@@ -270,3 +297,120 @@ def test_record_refuses_an_existing_file(tmp_path: Path) -> None:
     assert r.returncode == 2
     one_line(r.stderr)
     assert os.path.getsize(out) == 0
+
+
+def _plant(user: pwd.struct_passwd, target: str, link: str) -> None:
+    as_user(user, lambda: os.symlink(target, link))
+    assert os.lstat(link).st_uid == user.pw_uid
+
+
+@pytest.fixture
+def sticky_dir() -> Iterator[str]:
+    """A directory as /tmp is: everyone may create entries, only their owner remove them."""
+    path = tempfile.mkdtemp(prefix="memagent-sticky-", dir="/tmp")
+    os.chmod(path, 0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_report_and_junit_do_not_write_through_a_planted_link(test_user: pwd.struct_passwd, sticky_dir: str,
+                                                               tmp_path: Path) -> None:
+    """Issue 25, point 9: the second user plants ``report.json -> /root/.../victim`` in a
+    sticky shared directory; root's ``memagent run --report`` (and ``--junit``) there
+    refuses it in one line (exit 1, as any output that cannot be written) and the root-owned
+    victim is unchanged. (This box's fs.protected_symlinks may be 0: the kernel does not
+    stop root following the link; memagent must not open it.)"""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    marker = tmp_path / "ran"
+    for flag in ("--report", "--junit"):
+        link = os.path.join(sticky_dir, f"out-{flag[2:]}")
+        _plant(test_user, str(victim), link)
+        r = memagent_cli("run", flag, link, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+        assert r.returncode == 1, r.stderr
+        one_line(r.stderr)
+        assert "symbolic link (not followed)" in r.stderr, r.stderr
+        assert victim.read_text() == "precious\n" and not marker.exists()
+    # Another user's regular file there is theirs, not ours to overwrite.
+    theirs = os.path.join(sticky_dir, "theirs.json")
+    as_user(test_user, lambda: open(theirs, "w").close())
+    r = memagent_cli("run", "--report", theirs, "--", "true")
+    assert r.returncode == 1 and f"owned by UID {test_user.pw_uid}" in r.stderr, r.stderr
+    one_line(r.stderr)
+
+
+#: Run as CMD (root): as the second user, plants the link where the report will go, after
+#: the gate checked the path and before it writes (the race a check alone would lose).
+PLANTS_LATE = textwrap.dedent("""
+    import os, sys
+    os.setgroups([]); os.setgid({gid}); os.setuid({uid})
+    os.symlink({victim!r}, {link!r})
+""")
+
+
+def test_a_link_planted_while_cmd_runs_is_not_followed(test_user: pwd.struct_passwd, sticky_dir: str,
+                                                       tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = os.path.join(sticky_dir, "report.json")
+    code = PLANTS_LATE.format(uid=test_user.pw_uid, gid=test_user.pw_gid, victim=str(victim), link=link)
+    r = memagent_cli("run", "--report", link, "--", sys.executable, "-c", code)
+    assert r.returncode == 1, r.stderr  # CMD passed; the report could not be written: the run fails
+    assert os.lstat(link).st_uid == test_user.pw_uid  # the link was planted (by the second user)
+    assert "cannot write" in r.stderr and "symbolic link (not followed)" in r.stderr, r.stderr
+    assert victim.read_text() == "precious\n"
+
+
+#: Forks a child; each prints its PID, then sleeps: a tree that would outlive a killed gate.
+SLEEPER = textwrap.dedent("""
+    import os, time
+    if os.fork() == 0:
+        print(os.getpid(), flush=True)
+    else:
+        time.sleep(0.2)
+        print(os.getpid(), flush=True)
+    time.sleep(120)
+""")
+
+
+def _gone(pid: int) -> bool:
+    """Exited (or a zombie no one reaped yet: it runs no more)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_sigkill_of_the_gate_kills_the_command(test_user: pwd.struct_passwd) -> None:
+    """Issue 25, point 9: ``kill -9`` of ``memagent run`` (a CI runner's timeout) used to leave
+    CMD running, unwatched; CMD now dies with it (PR_SET_PDEATHSIG), and so does CMD's child,
+    once the agent has seen it (the run's sentinel kills it). As the second user, with the
+    system's Python. The gate is killed once its own progress line counts both running."""
+    site = next(p for p in sys.path if p.endswith("site-packages") and ".venv" in p)
+    root = Path(__file__).resolve().parents[2]
+    gate = subprocess.Popen(["/usr/bin/python3", "-m", "memagent.cli", "run", "--progress", "--",
+                             "/usr/bin/python3", "-c", SLEEPER],
+                            user=test_user.pw_uid, group=test_user.pw_gid, extra_groups=[], cwd="/",
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{root}/protocol:{root}/agent:{site}"})
+    tree: list[int] = []
+    try:
+        assert gate.stdout is not None and gate.stderr is not None
+        tree = [int(gate.stdout.readline()), int(gate.stdout.readline())]
+        while " 2 running" not in (line := gate.stderr.readline()):
+            assert line, "the gate ended before it saw the tree"
+        assert not any(map(_gone, tree))
+        gate.kill()
+        gate.wait(timeout=10)
+        deadline = time.monotonic() + 10.0  # the kernel and the sentinel act as the gate dies: milliseconds
+        while not all(map(_gone, tree)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(map(_gone, tree)), f"still running after their gate was SIGKILLed: {tree}"
+    finally:
+        if gate.poll() is None:
+            gate.kill()
+            gate.wait()
+        for pid in tree:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -14,10 +14,12 @@ import argparse
 from collections.abc import Callable
 
 from ..prose import human_bytes
-from .args import Parser, UsageError, size_arg
+from .args import Parser, UsageError, size_range_arg
 from .exits import EXIT_FAILED, EXIT_OK, EXIT_OVER_BUDGET, CommandFailed, fail, print_json
 
 PROG = "memagent admit"
+#: A peak of 0 bytes asks nothing (and a process has some RSS): from a byte.
+peak_arg = size_range_arg(1)
 
 
 def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
@@ -27,9 +29,9 @@ def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -
                        epilog="Exit status: 0 it fits, 3 it does not, 1 cannot tell or bad report, 2 no daemon or "
                               "usage error. Without --gpu, VRAM fits when it fits on one of the GPUs.")
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--rss", type=size_arg, metavar="SIZE", help="its RSS peak (512MiB, 2G, bytes)")
+    what.add_argument("--rss", type=peak_arg, metavar="SIZE", help="its RSS peak (512MiB, 2G, bytes)")
     what.add_argument("--report", metavar="FILE", help="the peaks of a previous `memagent run --report FILE`")
-    p.add_argument("--vram", type=size_arg, metavar="SIZE", help="its GPU memory peak")
+    p.add_argument("--vram", type=peak_arg, metavar="SIZE", help="its GPU memory peak")
     p.add_argument("--gpu", metavar="N", help="the GPU it would use: index or UUID (default: any)")
 
 

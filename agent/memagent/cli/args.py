@@ -16,7 +16,8 @@ from typing import NoReturn
 from memproto.paths import SYSTEM_SOCKET
 from memproto.text import printable
 
-from ..config import parse_size
+from ..config import MAX_SIZE, check_of, parse_size
+from ..config.checks import Number, human
 from ..errors import ConfigError, MemagentError
 
 #: Linux's PID_MAX_LIMIT: no PID is above it (and a bigger number does not fit the wire).
@@ -151,8 +152,46 @@ def wants_json(argv: Sequence[str]) -> bool:
 
 
 def size_arg(text: str) -> int:
-    """A size as the configuration reads one (``512MiB``, ``2G``, bytes): ``run``, ``admit``."""
+    """A size as the configuration reads one (``512MiB``, ``2G``, bytes)."""
     try:
         return parse_size(text, "SIZE")
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(printable(exc.reason)) from None
+
+
+def size_range_arg(lo: int, hi: int = MAX_SIZE) -> Callable[[str], int]:
+    """The type of a size argument from ``lo`` to ``hi`` bytes (``run``'s budgets, ``admit``'s
+    peaks: a budget of 0 bytes is over at once, a meaningless gate)."""
+
+    def parse(text: str) -> int:
+        n = size_arg(text)
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"out of range: {text!r} ({human(lo)} to {human(hi)})")
+        return n
+
+    return parse
+
+
+def float_range_arg(lo: float, hi: float, what: str, unit: str = "") -> Callable[[str], float]:
+    """The type of a finite number argument from ``lo`` to ``hi`` (nan, inf, and a value
+    out of range refused: ``--interval 1e-9`` would spin the agent's sampler)."""
+    shown_unit = f" {unit}" if unit else ""
+
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if not math.isfinite(x) or not lo <= x <= hi:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r} ({lo:g} to {hi:g}{shown_unit})")
+        return x
+
+    return parse
+
+
+def config_range_arg(key: str, what: str) -> Callable[[str], float]:
+    """:func:`float_range_arg` with the range of the configuration's number ``key``
+    (``run --interval``: the daemon's ``interval``, its range declared once, there)."""
+    check = check_of(key)
+    assert isinstance(check, Number), key
+    return float_range_arg(check.lo, check.hi, what, check.unit)

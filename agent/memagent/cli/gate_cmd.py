@@ -15,7 +15,7 @@ from memproto.client_side import ClientError, ConnectionLost, DaemonNotRunning
 from memproto.text import printable
 
 from ..errors import MemagentError
-from .args import Parser, UsageError, int_range_arg, seconds_arg, size_arg
+from .args import Parser, UsageError, config_range_arg, int_range_arg, size_range_arg
 from .exits import EXIT_NO_DAEMON, EXIT_OVER_BUDGET, CommandFailed
 
 PROG = "memagent run"
@@ -28,18 +28,23 @@ EPILOG = ("Exit status: CMD's own when within budget; 3 when over (--over-budget
 
 
 status_arg = int_range_arg(0, 255, "an exit status", say_range=True)
+#: A budget of 0 bytes is over before CMD starts: refused, as any size below a byte.
+budget_arg = size_range_arg(1)
+#: The daemon's own range (0.01 to 60 s): below it the sampler would spin a core.
+interval_arg = config_range_arg("interval", "a sample interval")
 
 
 def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
     p = sub.add_parser("run", parents=parents, help="run a command under a memory budget (no daemon needed)",
                        description="Run CMD watched with all its descendants by an embedded agent; print "
                                    "the peaks on exit and fail when over budget.", epilog=EPILOG)
-    p.add_argument("--budget-rss", type=size_arg, metavar="SIZE", help="budget for the Σ of RSS peaks")
-    p.add_argument("--budget-vram", type=size_arg, metavar="SIZE", help="budget for the Σ of VRAM peaks")
+    p.add_argument("--budget-rss", type=budget_arg, metavar="SIZE", help="budget for the Σ of RSS peaks")
+    p.add_argument("--budget-vram", type=budget_arg, metavar="SIZE", help="budget for the Σ of VRAM peaks")
     p.add_argument("--per-process", action="store_true", help="apply the budgets to each process instead")
     p.add_argument("--fits", action="store_true",
                    help="also fail when its peaks would not fit beside what the running daemon watches")
-    p.add_argument("--interval", type=seconds_arg, default=0.1, metavar="SECONDS", help="sample interval (0.1)")
+    p.add_argument("--interval", type=interval_arg, default=0.1, metavar="SECONDS",
+                   help="sample interval, 0.01 to 60 (0.1)")
     p.add_argument("--report", metavar="FILE", help="write the summary as JSON")
     p.add_argument("--record", metavar="FILE", help="write a recording (docs/recording.md)")
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML test case (failed when over budget)")

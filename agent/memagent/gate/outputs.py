@@ -8,8 +8,10 @@ wire (:class:`Outcome`), the rest formats them.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 from xml.sax.saxutils import escape, quoteattr
@@ -228,22 +230,79 @@ def markdown(outcome: Outcome, budget: RunBudget, exit_status: int) -> str:
 
 
 def write_text(path: str, text: str, append: bool = False) -> None:
-    """Write (or append) ``text``; OSError is the caller's to report."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC), 0o666)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    """Write (or append) ``text`` (:func:`open_output`); OSError is the caller's to report."""
+    with os.fdopen(open_output(path, append), "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def open_output(path: str, append: bool = False, probe: bool = False) -> int:
+    """A descriptor to write ``path`` (truncated unless ``append``), never through what
+    another user planted there: the last component is not followed if it is a symbolic
+    link (``O_NOFOLLOW``; refused), only a regular file is written (a FIFO does not block:
+    ``O_NONBLOCK``), and in a directory others can write to (``/tmp``) an existing file is
+    written only if it is ours and has no other name (a hard link). A new file is created
+    exclusively (``O_EXCL``): nothing can be slipped in between the check and the write.
+    ``probe``: only find out (OSError if it could not be written), a file created to find
+    out removed again; then -1."""
+    head, tail = os.path.split(path)
+    if tail in ("", ".", ".."):
+        raise OSError(errno.EISDIR, "it is a directory")
+    directory = os.open(head or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        shared = bool(os.fstat(directory).st_mode & stat.S_IWOTH)
+        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_APPEND if append else 0)
+        try:
+            fd, created = os.open(tail, flags | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=directory), True
+        except FileExistsError:
+            fd, created = _open_existing(tail, flags, directory), False
+        try:
+            if not created:
+                _check_existing(fd, shared)
+            if probe:
+                if created:
+                    os.unlink(tail, dir_fd=directory)
+                os.close(fd)
+                return -1
+            if not append and not created:
+                os.ftruncate(fd, 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    finally:
+        os.close(directory)
+
+
+def _open_existing(name: str, flags: int, directory: int) -> int:
+    try:
+        return os.open(name, flags, dir_fd=directory)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "it is a symbolic link (not followed)") from None
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise OSError(errno.ENXIO, "not a regular file") from None
+        raise
+
+
+def _check_existing(fd: int, shared: bool) -> None:
+    """An existing file is written only if regular, and (in a directory others can write
+    to) ours with one name: else another user's planted file, or a hard link to a victim."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EPERM, "not a regular file")
+    if shared and st.st_uid != os.geteuid():
+        raise OSError(errno.EPERM, f"owned by UID {st.st_uid}, in a directory others can write to")
+    if shared and st.st_nlink > 1:
+        raise OSError(errno.EPERM, "it has other names (hard links), in a directory others can write to")
 
 
 def check_writable(path: str) -> None:
     """Refuse, before CMD runs, a ``--report``/``--junit`` path that could not be written at
     the end (:class:`~memagent.errors.CommandFailed`, exit 1); a file created to find out is removed again."""
-    existed = os.path.lexists(path)
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666))
+        open_output(path, probe=True)
     except OSError as exc:
         raise CommandFailed(CANNOT_WRITE, f"cannot write {printable(path)}: {exc.strerror or exc}") from None
-    if not existed:
-        os.unlink(path)
 
 
 def write_outputs(outcome: Outcome, budget: RunBudget, exit_status: int, report: str | None,

@@ -31,12 +31,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from memagent.proc.procfs import ProcessHandle
+    from memagent.proc.procfs import ProcessHandle, ProcFS
 
 MARKER = "memory_budget"
-#: Set by ``memagent run`` in CMD's environment (its PID): the run judges this process's
-#: exact peak on its high-water mark, which a reset per test would take from it.
-UNDER_RUN = "MEMAGENT_RUN_PID"
 DEFAULT_TOP = 20
 
 
@@ -119,17 +116,35 @@ def read_budget(marker: pytest.Mark) -> tuple[Budget | None, str | None]:
         return None, str(exc)
 
 
+def under_run(procfs: ProcFS) -> str | None:
+    """Why this process's high-water mark must be left alone, or None: ``memagent run``
+    judges its exact peak on that mark, which a reset per test would take from it. Known by
+    the environment (``MEMAGENT_RUN_PID``) or, where that was stripped (``env -i``, tox), by
+    a run among the ancestors (:mod:`memagent.gate.marks`); when that cannot be told, the
+    mark is left alone too: a per-test figure flagged not exact is better than a gate that
+    passes over its budget."""
+    from memagent.gate.marks import UNDER_RUN, gate_ancestor
+
+    if os.environ.get(UNDER_RUN):
+        return f"memagent run (PID {os.environ[UNDER_RUN]}) watches this process and judges its peak"
+    found = gate_ancestor(procfs, os.getpid())
+    if found.gate is not None:
+        return f"memagent run (PID {found.gate}, an ancestor) watches this process and judges its peak"
+    if found.unsure is not None:
+        return f"cannot tell whether memagent run watches this process ({found.unsure})"
+    return None
+
+
 class _Meter:
     """This process's own /proc files, opened once (:class:`~memagent.proc.procfs.ProcessHandle`:
     two ``pread`` per reading)."""
 
-    def __init__(self, handle: ProcessHandle) -> None:
+    def __init__(self, handle: ProcessHandle, procfs: ProcFS) -> None:
         self.handle = handle
         #: Why the high-water mark is not reset (the kernel refused; ``memagent run`` watches
-        #: this process): then no peak is exact. None while it is reset.
-        self.refused: str | None = None
-        if os.environ.get(UNDER_RUN):
-            self.refused = f"memagent run (PID {os.environ[UNDER_RUN]}) watches this process and judges its peak"
+        #: this process, or it cannot be told that none does): then no peak is exact. None
+        #: while it is reset.
+        self.refused: str | None = under_run(procfs)
 
     def _read(self) -> tuple[int, int]:
         """(VmHWM, VmRSS) now, in bytes."""
@@ -181,7 +196,8 @@ class PeakRecorder:
             from memagent.proc.procfs import ProcFS
 
             try:
-                self._meter = _Meter(ProcFS().open(os.getpid()))
+                procfs = ProcFS()
+                self._meter = _Meter(procfs.open(os.getpid()), procfs)
             except MemagentError as exc:
                 self.unavailable = f"cannot read this process's memory: {exc}"
         return self._meter

@@ -38,7 +38,7 @@ from .fits import HOST, FitVerdict, Need, judge
 from .outputs import Outcome, ProcessPeak, RunBudget, check_writable, failures, summary_lines, write_outputs
 
 if TYPE_CHECKING:
-    from .run_agent import Child
+    from .run_agent import Child, Sentinel
 
 PROG = "memagent run"
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -55,8 +55,9 @@ class Watch:
     reuses within the tree is a second process whose peak counts beside the first's, not
     one that a max() would merge with it."""
 
-    def __init__(self, client: Client, budget: RunBudget, recording: RecordingWriter | None) -> None:
-        self.client, self.budget, self.recording = client, budget, recording
+    def __init__(self, client: Client, budget: RunBudget, recording: RecordingWriter | None,
+                 sentinel: Sentinel | None = None) -> None:
+        self.client, self.budget, self.recording, self.sentinel = client, budget, recording, sentinel
         self.fold = Fold()
         self.samples = 0
         #: The stack at the peak, by process (the reply says which one it is).
@@ -92,6 +93,8 @@ class Watch:
         self.fold.apply(frame)
         if isinstance(frame, Sample):
             self.samples += 1
+            if self.sentinel is not None:
+                self.sentinel.tell(self.fold.processes)
 
     def raw_over(self) -> bool:
         """Over budget on the raw peaks (an upper bound of the share-adjusted Σ)."""
@@ -144,8 +147,9 @@ def _signals(child: Child) -> None:
                 os.kill(child.pid, info.si_signo)
 
 
-def _kill_tree(child: Child, watch: Watch) -> None:
-    for pid in {child.pid} | watch.alive:
+def _kill_tree(child: Child, watch: Watch | None) -> None:
+    """SIGKILL CMD and what the agent saw alive of its tree."""
+    for pid in {child.pid} | (watch.alive if watch is not None else set()):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -259,15 +263,18 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
         with connect(args.socket) as daemon:
             daemon.status()
     budget = RunBudget(args.budget_rss, args.budget_vram, args.per_process)
-    from .run_agent import Child, RunAgent, become_subreaper  # the agent (and asyncio): only for this command
+    from .run_agent import Child, RunAgent, Sentinel, become_subreaper, mark_as_gate  # the agent: only here
 
     become_subreaper()
+    mark_as_gate()  # before CMD is forked: any descendant can tell a run watches it (marks.py)
     # The agent's warnings (no py-spy, no process events) would print while CMD runs: they
     # come in the summary instead (Figures.notes); its errors still show.
     logging.getLogger("memagent").setLevel(logging.ERROR)
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED_SIGNALS)
+    sentinel = Sentinel()  # before CMD and the agent's thread: it kills the tree if we are SIGKILLed
     child = Child(argv, set(old_mask))
     agent: RunAgent | None = None
+    watch: Watch | None = None
     try:
         agent = RunAgent(args.interval)
         agent.start()
@@ -278,7 +285,7 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
             if args.record:
                 recording = RecordingWriter(client, create(args.record, False), args.record, [])
                 recording.begin()
-            watch = Watch(client, budget, recording)
+            watch = Watch(client, budget, recording, sentinel)
             exec_error = child.release()
             started = time.monotonic()
             killed = supervise(client, child, watch, args)
@@ -291,8 +298,12 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
     finally:
         if not child.released:  # the agent failed before CMD was released: it never runs
             child.abandon()
+        elif child.wait_status is None:  # the gate fails while CMD runs: it must not run on unwatched
+            _kill_tree(child, watch)
+            child.reap(block=True)
         if agent is not None:
             agent.stop()
+        sentinel.done()
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     if exec_error is not None:
         print(f"{PROG}: {printable(argv[0])}: {'command not found' if child.exit_code == 127 else exec_error}",

@@ -6,30 +6,48 @@ agent is, without auto-attach patterns)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import resource
 import signal
+from collections.abc import Iterable
 
 from ..agent_thread import AgentThread
 from ..config import AgentConfig, HeadroomConfig
+from ..proc.children import die_with
+from .marks import GATE_COMM, UNDER_RUN
 
 MiB = 1 << 20
 #: The run's tree is small and short-lived, and its verdict is a gate: its sharing is read
 #: far more often than the daemon's (a 200 MiB process's ``smaps_rollup`` costs ~0.7 ms).
 RUN_HEADROOM = HeadroomConfig(pss_refresh=1.0, pss_drift=8 * MiB)
 
+PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, arg: int | bytes) -> bool:
+    """libc's ``prctl(option, arg)``; whether it succeeded (False without ``prctl``)."""
+    try:
+        import ctypes
+
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def become_subreaper() -> None:
     """CMD's orphans come to us, not to init (best effort: without ``prctl`` they go)."""
-    try:
-        import ctypes
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+
+def mark_as_gate() -> bool:
+    """Name this thread (the main one: the process's ``comm``) :data:`~.marks.GATE_COMM`,
+    which every descendant can read in ``/proc/PID/stat`` whatever its environment
+    (:mod:`.marks`: the pytest plugin then leaves its high-water mark to us). Called in
+    the thread that forks CMD, before it does; whether the kernel took the name."""
+    return _prctl(PR_SET_NAME, GATE_COMM.encode())
 
 
 class Child:
@@ -38,16 +56,23 @@ class Child:
     def __init__(self, argv: list[str], mask: set[int]) -> None:
         go_r, go_w = os.pipe()
         err_r, err_w = os.pipe()  # close-on-exec: EOF tells the exec succeeded
+        # CMD dies with us, even when we are SIGKILLed (a CI runner's timeout): a gate's
+        # command must not run on unwatched. PR_SET_PDEATHSIG fires when the thread that
+        # forked ends: this one, the main thread, which lives as long as the run.
+        tie_to_us = die_with(os.getpid())
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child: restore the mask, wait, exec
             code = 127
             try:
+                if tie_to_us is not None:
+                    tie_to_us()
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 os.close(go_w)
                 os.close(err_r)
                 if os.read(go_r, 1):
-                    # memagent's pytest plugin then leaves the high-water mark alone (ours to judge).
-                    os.environ["MEMAGENT_RUN_PID"] = str(os.getppid())
+                    # memagent's pytest plugin then leaves the high-water mark alone (ours to
+                    # judge); where an `env -i` strips it, our thread name says it (marks.py).
+                    os.environ[UNDER_RUN] = str(os.getppid())
                     try:
                         os.execvp(argv[0], argv)
                     except OSError as exc:
@@ -117,6 +142,76 @@ class Child:
     def kernel_peak(self) -> int | None:
         """The tree's biggest reaped process's peak by the kernel, when it tells something."""
         return self.kernel_max_rss if self.kernel_max_rss > self.kernel_floor else None
+
+
+class Sentinel:
+    """A process of ours that outlives a SIGKILLed ``memagent run`` to kill what was left of
+    CMD's tree. ``PR_SET_PDEATHSIG`` ties only CMD to the run; CMD's descendants would be
+    reparented to init and run on. The sentinel is told each process of the tree the agent
+    sees, as (PID, start time), over a pipe (:meth:`tell`); when the pipe closes without
+    :meth:`done` (the run died, however), it SIGKILLs each of them still alive with that same
+    start time (a PID the kernel gave to another process since is left alone), then exits.
+    Forked before the agent's thread starts (a fork of a threaded process may deadlock),
+    after the run's signals are blocked: Ctrl-C and a forwarded SIGTERM do not reach it."""
+
+    def __init__(self) -> None:
+        read_end, self._pipe = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the sentinel
+            try:
+                os.closerange(0, read_end)  # the run's stdout and stderr too: a reader waits for no EOF
+                os.closerange(read_end + 1, os.sysconf("SC_OPEN_MAX"))
+                _guard(read_end)
+            finally:
+                os._exit(0)
+        os.close(read_end)
+        self.pid = pid
+        self._told: set[tuple[int, float]] = set()
+
+    def tell(self, processes: Iterable[tuple[int, float]]) -> None:
+        """The processes of the tree seen so far (those already told are not sent again)."""
+        new = [key for key in processes if key not in self._told]
+        if not new or self._pipe < 0:
+            return
+        self._told.update(new)
+        try:
+            os.write(self._pipe, "".join(f"{pid} {start!r}\n" for pid, start in new).encode())
+        except OSError:  # the sentinel is gone (killed): nothing to tell
+            self._close()
+
+    def done(self) -> None:
+        """The run ends as it should: the sentinel exits without killing; reaped."""
+        if self._pipe >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self._pipe, b"done\n")
+            self._close()
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+    def _close(self) -> None:
+        os.close(self._pipe)
+        self._pipe = -1
+
+
+def _guard(pipe: int) -> None:  # pragma: no cover - runs in the sentinel
+    """Read what the run tells until it closes the pipe; unless it said ``done``, kill."""
+    from ..errors import MemagentError
+    from ..proc.procfs import ProcFS
+
+    data = b""
+    while chunk := os.read(pipe, 65536):
+        data += chunk
+    lines = data.decode().splitlines()
+    if lines[-1:] == ["done"]:
+        return
+    procfs = ProcFS()
+    for line in lines:
+        pid, start = int(line.split()[0]), float(line.split()[1])
+        try:
+            if abs(procfs.start_time(pid, procfs.stat(pid).starttime) - start) < 0.01:
+                os.kill(pid, signal.SIGKILL)
+        except (MemagentError, OSError):  # gone already
+            continue
 
 
 class RunAgent(AgentThread):
