@@ -18,8 +18,8 @@ same kind of rows: ``FlightRecorder.sample`` (on the tick) and the batch's compr
 
     .venv/bin/python bench/record_size.py [--seconds 60] [--interval 0.5] [--processes 100]
 
-``--churn`` (as root; issue 25 point 3): one recording daemon (``max_bytes`` 32 MiB, so
-that the churner's 1/16 share fills within the warm-up) watching the 100 processes of the
+``--churn`` (as root; issue 25 point 3): one recording daemon (``max_bytes`` 16 MiB, so
+that the churner's 1/16 share fills within the 45 s warm-up) watching the 100 processes of the
 mix workload (root's), then the second user (``memagent-test``) starting 16 processes a
 second, each with ``--churn-args`` arguments of 1 KiB of random text (4: 4 KiB per
 process), living 1 s, matched by an ``auto_cmdline`` pattern. It prints the recorder's
@@ -186,7 +186,7 @@ def churn_run(tmp: Path, seconds: float, interval: float, n_args: int) -> None:
     import pwd
     user = pwd.getpwnam("memagent-test")
     cfg = tmp / "memagent.toml"
-    cfg.write_text(f'auto_cmdline = ["{CHURN_MARK}*"]\n[record]\nmax_bytes = "32MiB"\n')
+    cfg.write_text(f'auto_cmdline = ["{CHURN_MARK}*"]\n[record]\nmax_bytes = "16MiB"\n')
     on, sock = daemon(tmp, "churn", interval, "--config", str(cfg))
     try:
         with fleet(100, 10) as pids:
@@ -200,7 +200,7 @@ def churn_run(tmp: Path, seconds: float, interval: float, n_args: int) -> None:
             gen = subprocess.Popen(["/usr/bin/python3", "-S", "-c", CHURNER, str(n_args)], user=user.pw_uid,
                                    group=user.pw_gid, extra_groups=[], cwd="/", start_new_session=True)
             try:
-                time.sleep(30)  # warm-up: the churner's share fills
+                time.sleep(45)  # warm-up: the churner's share (1 MiB) fills
                 b0, t0 = reading(on, sock), time.monotonic()
                 time.sleep(seconds)
                 b1, t1 = reading(on, sock), time.monotonic()
@@ -213,7 +213,7 @@ def churn_run(tmp: Path, seconds: float, interval: float, n_args: int) -> None:
     print(f"  root's 100 processes (10 busy), interval {interval:g} s; the second user's churn: 16 processes/s, "
           f"{n_args} x 1 KiB arguments, 1 s each")
     print(f"  without the churn: {alone / 1e6:8.2f} MB/h")
-    print(f"  with the churn:    {churned / 1e6:8.2f} MB/h (after a 30 s warm-up)")
+    print(f"  with the churn:    {churned / 1e6:8.2f} MB/h (after a 45 s warm-up)")
     print(f"  root's part of what is written: {min(1.0, alone / max(churned, 1)):.1%}")
 
 
