@@ -96,6 +96,7 @@ def test_a_short_lived_process_of_a_user_over_its_share_is_left_out_and_counted(
         rec.detached(w)
         await rec.flush()
         assert rec.shares.left_out_total == 1 and not rec.shares.held
+        assert "1 short-lived processes of users over their share" in (rec.note() or "")
         rec.stop()
         await rec.run()
 

@@ -150,9 +150,13 @@ class FlightRecorder:
             since = time.strftime("%H:%M:%S", time.localtime(self._paused_since))
             return (f"{self._paused_why}{where} since {since}; sampling goes on; retrying every "
                     f"{self.config.retry_interval:g} s")
+        notes = []
         if self.dropped_frames:
-            return f"{self.dropped_frames} frames dropped since start: the disk did not keep up"
-        return None
+            notes.append(f"{self.dropped_frames} frames dropped since start: the disk did not keep up")
+        if self.shares.left_out_total:
+            notes.append(f"{self.shares.left_out_total} short-lived processes of users over their share of the "
+                         "recorder left out since start (counted in the recording)")
+        return "; ".join(notes) or None
 
     # ------------------------------------------------------------------ from the tick and the parts
 
