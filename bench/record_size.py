@@ -17,6 +17,16 @@ same kind of rows: ``FlightRecorder.sample`` (on the tick) and the batch's compr
 (``pack_batch``, in the recorder's thread), per tick.
 
     .venv/bin/python bench/record_size.py [--seconds 60] [--interval 0.5] [--processes 100]
+
+``--churn`` (as root; issue 25 point 3): one recording daemon (``max_bytes`` 16 MiB, so
+that the churner's 1/16 share fills within the 45 s warm-up) watching the 100 processes of the
+mix workload (root's), then the second user (``memagent-test``) starting 16 processes a
+second, each with ``--churn-args`` arguments of 1 KiB of random text (4: 4 KiB per
+process), living 1 s, matched by an ``auto_cmdline`` pattern. It prints the recorder's
+bytes per hour without and with the churn, and the fraction of what is written that is
+root's (in the steady state, the part of the retention left to other users).
+
+    .venv/bin/python bench/record_size.py --churn [--seconds 60] [--churn-args 4]
 """
 
 from __future__ import annotations
@@ -159,15 +169,69 @@ def timed_calls(n: int, busy: int, interval: float, ticks: int = 2000) -> tuple[
     return on_tick / ticks * 1e6, packing / ticks * 1e6
 
 
+CHURN_MARK = "memagent-bench-churn"
+CHURNER = """
+import random, string, subprocess, sys, time
+rnd, n = random.Random(), int(sys.argv[1])
+letters = string.ascii_letters + string.digits + string.punctuation
+while True:
+    args = ["".join(rnd.choices(letters, k=1024)) for _ in range(n)]
+    subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(1)", "MARK", *args])
+    time.sleep(1 / 16)
+""".replace("MARK", CHURN_MARK)
+
+
+def churn_run(tmp: Path, seconds: float, interval: float, n_args: int) -> None:
+    """The recorder's growth without and with the second user's churn (``--churn``)."""
+    import pwd
+    user = pwd.getpwnam("memagent-test")
+    cfg = tmp / "memagent.toml"
+    cfg.write_text(f'auto_cmdline = ["{CHURN_MARK}*"]\n[record]\nmax_bytes = "16MiB"\n')
+    on, sock = daemon(tmp, "churn", interval, "--config", str(cfg))
+    try:
+        with fleet(100, 10) as pids:
+            with Client(sock, timeout=60) as c:
+                c.attach(pids)
+            time.sleep(3 + interval * 2)
+            a0, t0 = reading(on, sock), time.monotonic()
+            time.sleep(seconds)
+            a1, t1 = reading(on, sock), time.monotonic()
+            alone = (a1[2] - a0[2]) / (t1 - t0) * 3600
+            gen = subprocess.Popen(["/usr/bin/python3", "-S", "-c", CHURNER, str(n_args)], user=user.pw_uid,
+                                   group=user.pw_gid, extra_groups=[], cwd="/", start_new_session=True)
+            try:
+                time.sleep(45)  # warm-up: the churner's share (1 MiB) fills
+                b0, t0 = reading(on, sock), time.monotonic()
+                time.sleep(seconds)
+                b1, t1 = reading(on, sock), time.monotonic()
+            finally:
+                os.killpg(gen.pid, signal.SIGKILL)
+                gen.wait(10)
+            churned = (b1[2] - b0[2]) / (t1 - t0) * 3600
+    finally:
+        stop_daemon(on)
+    print(f"  root's 100 processes (10 busy), interval {interval:g} s; the second user's churn: 16 processes/s, "
+          f"{n_args} x 1 KiB arguments, 1 s each")
+    print(f"  without the churn: {alone / 1e6:8.2f} MB/h")
+    print(f"  with the churn:    {churned / 1e6:8.2f} MB/h (after a 45 s warm-up)")
+    print(f"  root's part of what is written: {min(1.0, alone / max(churned, 1)):.1%}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--processes", type=int, default=100)
+    ap.add_argument("--churn", action="store_true", help="the second user's churn against the recorder's share")
+    ap.add_argument("--churn-args", type=int, default=4)
     ap.add_argument("--workers", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.workers:
         workers(*args.workers)
+        return 0
+    if args.churn:
+        with tempfile.TemporaryDirectory(prefix="memagent-record-bench-") as tmp:
+            churn_run(Path(tmp), args.seconds, args.interval, args.churn_args)
         return 0
     n = args.processes
     print(f"  {n} processes, interval {args.interval:g} s, {args.seconds:g} s per workload; two daemons at once "

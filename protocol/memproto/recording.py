@@ -12,6 +12,11 @@ from the wire, both so that an idle process costs almost nothing:
 * a segment opens with what a client would have asked ``list`` for: an ``attached`` frame
   per process watched when it began, then its ``headroom`` and ``peak_stack`` frames.
 
+A writer refuses a frame or a row holding a non-finite number (NaN, ±inf): it is not
+written and :attr:`SegmentWriter.refused` counts it (a missing value, never a wrong one).
+A ``thinned`` frame says how many of one user's processes were left out (the daemon's
+per-user share of its recorder: docs/recording.md); a reader that does not know it skips it.
+
 This module is pure: it encodes into bytes and decodes from a binary stream someone else
 opened (:func:`open_recording` is the one convenience that opens files).
 """
@@ -34,7 +39,7 @@ from .frames import AlertRaised, Attached, Detached, Exited, Frame, Sample
 from .framing import frame_bytes
 from .limits import HEADER_BYTES, MAX_FRAME_BYTES
 from .records import SAMPLE_CHECKS, SAMPLE_COLUMNS, Headroom, HostMemory, StackDump
-from .schema import from_wire, wire
+from .schema import from_wire, to_wire, wire
 from .version import PROTOCOL_MAJOR
 
 #: First bytes of every segment (as PNG's: a high byte, a name, CR LF, ^Z, LF catch a file
@@ -108,8 +113,25 @@ class HeadroomSnapshot(Frame):
     headroom: list[Headroom]
 
 
+@wire
+@dataclass(frozen=True, slots=True)
+class Thinned(Frame):
+    """Processes of one user left out of the recording since the previous ``thinned`` of
+    that user (the user's share of the recorder was used; docs/recording.md): they lived
+    less than the recorder's hold time, and none of their frames (attach, rows, exit,
+    detach, stacks) was written."""
+
+    TYPE: ClassVar[str] = "thinned"
+    time: float
+    #: The processes' real UID.
+    uid: int
+    #: How many processes were left out.
+    processes: int
+
+
 #: Frame types only recordings carry; the rest are the wire's.
-RECORDING_TYPES: dict[str, type[Frame]] = {cls.TYPE: cls for cls in (SegmentHeader, PeakStack, HeadroomSnapshot)}
+RECORDING_TYPES: dict[str, type[Frame]] = {
+    cls.TYPE: cls for cls in (SegmentHeader, PeakStack, HeadroomSnapshot, Thinned)}
 _BATCH = "batch"
 
 
@@ -129,6 +151,22 @@ def decode_recorded(payload: bytes) -> Frame:
 # ----------------------------------------------------------------------------- writing
 
 
+def finite(value: object) -> bool:
+    """Whether every number in ``value`` (a frame's wire form: dicts, lists, scalars) is finite."""
+    if type(value) is float:
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return all(finite(v) for v in value)
+    return True
+
+
+def _row_finite(values: tuple[Any, ...]) -> bool:
+    isfinite = math.isfinite
+    return all(type(v) is not float or isfinite(v) for v in values)
+
+
 def _row_key(fields: Sequence[str]) -> Callable[[Sequence[Any]], tuple[Any, Any]]:
     pid, start = fields.index("pid"), fields.index("start_time")
     return lambda row: (row[pid], row[start])
@@ -146,14 +184,22 @@ class SegmentWriter:
         self._frames = 0
         self._last: dict[tuple[Any, Any], tuple[Any, ...]] = {}
         self._fields: tuple[str, ...] | None = None
+        #: Frames and rows refused because they held a non-finite number (never written).
+        self.refused = 0
 
     def header_bytes(self) -> bytes:
         return MAGIC + frame_bytes(encode(self.header))
 
-    def add(self, frame: Frame) -> None:
-        self.add_encoded(encode(frame))
+    def add(self, frame: Frame) -> int:
+        """Queue ``frame``; its encoded size, or 0 when refused (a non-finite number in it)."""
+        if not finite(to_wire(frame)):
+            self.refused += 1
+            return 0
+        payload = encode(frame)
+        self.add_encoded(payload)
         if isinstance(frame, Detached):
             self._last.pop((frame.pid, frame.start_time), None)
+        return len(payload)
 
     def add_encoded(self, payload: bytes) -> None:
         """An already encoded frame (the daemon encodes its events once for every sink)."""
@@ -162,7 +208,12 @@ class SegmentWriter:
 
     def add_sample(self, seq: int, time: float, interval: float, rows: Sequence[Sequence[Any]],
                    fields: Sequence[str] = SAMPLE_COLUMNS) -> int:
-        """A tick's sample, written with only the rows that changed; returns how many."""
+        """A tick's sample, written with only the rows that changed; returns how many. A row
+        with a non-finite number is refused (counted in :attr:`refused`): its process keeps
+        its previous values in the recording."""
+        if not (math.isfinite(time) and math.isfinite(interval)):
+            self.refused += 1
+            return 0
         fields = tuple(fields)
         if fields != self._fields:  # a new set of columns: every row counts as changed
             self._fields, self._last = fields, {}
@@ -172,6 +223,9 @@ class SegmentWriter:
             values = tuple(row)
             k = key(values)
             if self._last.get(k) != values:
+                if not _row_finite(values):
+                    self.refused += 1
+                    continue
                 self._last[k] = values
                 changed.append(values)
         self.add_encoded(encode_sample(seq, time, interval, changed, fields))
@@ -621,7 +675,9 @@ __all__ = [
     "SegmentHeader",
     "SegmentReader",
     "SegmentWriter",
+    "Thinned",
     "decode_recorded",
+    "finite",
     "open_recording",
     "open_segment",
     "pack_batch",

@@ -19,7 +19,13 @@ which the reader reports and skips. A write that fails (a full disk: ENOSPC, EDQ
 EFBIG; EROFS, EIO) cuts the segment back to its last whole frame and *pauses* recording:
 one warning line, ``status`` says "paused" and why, sampling and serving go on; every
 ``retry_interval`` a new segment (with its keyframe) is tried, and the first that works
-is one info line and recording "on" again.
+is one info line and recording "on" again. Before pausing, a full disk frees the
+recorder's own oldest segments (:mod:`memagent.store.record_files`).
+
+Shared. Each real UID's processes may hold a share of the recording
+(:mod:`memagent.store.record_share`): past it, that user's short-lived processes are left
+out and counted in a ``thinned`` frame, so one user's churn does not turn over everyone's
+history. A frame or row holding a non-finite number is refused when written.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from memproto.frames import AlertRaised, Attached, Detached, Exited, Frame, StackStateChanged
-from memproto.recording import FORMAT_VERSION, HeadroomSnapshot, PeakStack, SegmentHeader, SegmentWriter
+from memproto.recording import FORMAT_VERSION, HeadroomSnapshot, PeakStack, SegmentHeader, SegmentWriter, Thinned
 from memproto.records import Alert, Headroom, StackDump
 from memproto.version import PROTOCOL_VERSION
 
@@ -47,7 +53,8 @@ from ..core.stack_collector import StackCollector
 from ..core.watched import Watched
 from ..errors import RecordDirRefused
 from ..proc.procfs import ProcFS
-from .record_files import RecordFiles
+from .record_files import NAME, RecordFiles
+from .record_share import UserShares
 from .state import StateDir
 
 log = logging.getLogger(__name__)
@@ -115,6 +122,9 @@ class FlightRecorder:
         self._hr_seen: list[Headroom] | None = None
         self._hr_marks: list[tuple[str, int, int]] = []
         self._hr_at = float("-inf")
+        self.shares = UserShares()
+        self._refused_told = False
+        self._freed_told = 0
 
     # ------------------------------------------------------------------ status
 
@@ -140,9 +150,13 @@ class FlightRecorder:
             since = time.strftime("%H:%M:%S", time.localtime(self._paused_since))
             return (f"{self._paused_why}{where} since {since}; sampling goes on; retrying every "
                     f"{self.config.retry_interval:g} s")
+        notes = []
         if self.dropped_frames:
-            return f"{self.dropped_frames} frames dropped since start: the disk did not keep up"
-        return None
+            notes.append(f"{self.dropped_frames} frames dropped since start: the disk did not keep up")
+        if self.shares.left_out_total:
+            notes.append(f"{self.shares.left_out_total} short-lived processes of users over their share of the "
+                         "recorder left out since start (counted in the recording)")
+        return "; ".join(notes) or None
 
     # ------------------------------------------------------------------ from the tick and the parts
 
@@ -156,6 +170,11 @@ class FlightRecorder:
         changed = rows if prev is None or len(prev) != len(rows) else \
             [r for r, p in zip(rows, prev, strict=True) if r is not p]
         self._prev_rows = rows
+        shares = self.shares
+        if shares.held:
+            held = shares.held
+            changed = [r for r in changed if (r[0], r[1]) not in held]
+        shares.charge_rows(writer.header.sequence, changed)
         writer.add_sample(seq, now, self.interval, changed)
         self._headroom(now)
         self._bound(writer)
@@ -173,10 +192,11 @@ class FlightRecorder:
     def _snapshot(self, now: float) -> HeadroomSnapshot:
         return HeadroomSnapshot(now, host_memory(self.procfs.meminfo()), list(self.alerts.headroom))
 
-    def _add(self, frame: Frame) -> None:
+    def _add(self, frame: Frame, uid: int = 0) -> None:
+        """Queue ``frame``, its bytes charged to ``uid`` (root's: not counted)."""
         writer = self.writer
         if writer is not None:
-            writer.add(frame)
+            self.shares.charge(writer.header.sequence, uid, writer.add(frame))
             self._bound(writer)
 
     def _bound(self, writer: SegmentWriter) -> None:
@@ -188,19 +208,59 @@ class FlightRecorder:
             self._prev_rows = None
 
     def attached(self, w: Watched) -> None:
-        self._add(Attached(w.info()))
+        if self.shares.over(w.uid, self.config.max_bytes):
+            self.shares.hold(w, time.monotonic())
+            return
+        if w.uid not in self.shares.exempt:
+            self.shares.uid_of[(w.pid, w.start_time)] = w.uid
+        self._add(Attached(w.info()), w.uid)
 
     def exited(self, w: Watched) -> None:
-        self._add(Exited(w.pid, w.start_time, w.exited_at or 0.0, w.peak))
+        if not self.shares.end((w.pid, w.start_time)):
+            self._add(Exited(w.pid, w.start_time, w.exited_at or 0.0, w.peak), w.uid)
 
     def detached(self, w: Watched) -> None:
-        self._add(Detached(w.pid, w.start_time))
+        key = (w.pid, w.start_time)
+        held = self.shares.end(key)
+        self.shares.release(key)
+        if not held:
+            self._add(Detached(w.pid, w.start_time), w.uid)
 
     def stack_state(self, w: Watched, message: str | None) -> None:
-        self._add(StackStateChanged(w.pid, w.start_time, w.stack_state or "", message))
+        if (w.pid, w.start_time) not in self.shares.held:
+            self._add(StackStateChanged(w.pid, w.start_time, w.stack_state or "", message), w.uid)
 
     def peak_stack(self, w: Watched, dump: StackDump) -> None:
-        self._add(PeakStack(w.pid, w.start_time, dump))
+        if (w.pid, w.start_time) not in self.shares.held:
+            self._add(PeakStack(w.pid, w.start_time, dump), w.uid)
+
+    def _thin(self) -> None:
+        """Once a second: the held processes now to record, and a ``thinned`` frame per
+        user whose processes were left out since the last."""
+        shares = self.shares
+        if shares.held:
+            ripe = shares.ripe(time.monotonic(), self.config.max_bytes)
+            for w in ripe:
+                self._add(Attached(w.info()), w.uid)
+            if ripe:
+                self._prev_rows = None  # their rows: in the next sample
+        now = time.time()
+        for uid, n in shares.take_left_out().items():
+            self._add(Thinned(now, uid, n), uid)
+
+    def _refused(self) -> None:
+        writer = self.writer
+        if writer is not None and writer.refused and not self._refused_told:
+            self._refused_told = True
+            log.warning("flight recorder: a frame with a non-finite number (NaN, inf) refused, not written")
+
+    def _forget_gone(self, files: RecordFiles) -> None:
+        """Segments removed (the bound, a full disk, ``record/`` removed): their bytes no
+        longer count in anyone's share."""
+        for name in files.take_gone():
+            m = NAME.match(name)
+            if m is not None:
+                self.shares.forget(int(m.group(1)))
 
     def alert(self, alert: Alert) -> None:
         self._add(AlertRaised(alert))
@@ -209,13 +269,14 @@ class FlightRecorder:
         """What a segment opens with, so that it reads on its own: every process known (in
         attach order), the headroom, the stacks at peak, the alerts firing."""
         entries = self.registry.entries
-        frames: list[Frame] = [Attached(w.info()) for w in entries.values()]
+        held = self.shares.held
+        frames: list[Frame] = [Attached(w.info()) for w in entries.values() if (w.pid, w.start_time) not in held]
         if self.alerts.headroom:
             frames.append(self._snapshot(now))
         for key, ps in self.stacks.stacks.items():
-            w = entries.get(key)
-            if w is not None and ps.at_peak is not None:
-                frames.append(PeakStack(w.pid, w.start_time, ps.at_peak))
+            peaked = entries.get(key)
+            if peaked is not None and ps.at_peak is not None and (peaked.pid, peaked.start_time) not in held:
+                frames.append(PeakStack(peaked.pid, peaked.start_time, ps.at_peak))
         frames.extend(AlertRaised(a) for a in self.alerts.book.active.values())
         return frames
 
@@ -264,6 +325,8 @@ class FlightRecorder:
             if self.state == PAUSED and time.monotonic() >= self._retry_at:
                 await self._begin(b"")
             return
+        self._thin()
+        self._refused()
         raw = self.writer.take_raw()
         if files.size >= self.config.segment_size or time.monotonic() - self._started >= SEGMENT_SECONDS \
                 or self.config.max_bytes != self._max_bytes:
@@ -271,9 +334,23 @@ class FlightRecorder:
             return
         if raw:
             try:
-                await self._call(files.append, raw, LEVEL)
+                written = await self._call(files.append, raw, LEVEL)
             except OSError as exc:
                 self._pause(exc)
+                return
+            finally:
+                self._after_io(files)
+            if not written:  # record/ was removed: made again, with a new segment
+                await self._begin(b"")
+
+    def _after_io(self, files: RecordFiles) -> None:
+        """What the thread did besides writing: segments removed (shares), room freed (a log line)."""
+        self._forget_gone(files)
+        if files.freed_for_room > self._freed_told:
+            level = logging.WARNING if not self._freed_told else logging.DEBUG
+            log.log(level, "flight recorder: the disk is full; %d of its own oldest segments removed for room "
+                    "(%d since the start)", files.freed_for_room - self._freed_told, files.freed_for_room)
+            self._freed_told = files.freed_for_room
 
     async def _begin(self, tail: bytes) -> None:
         """Close the current segment (after ``tail``, its last frames) and begin the next,
@@ -287,7 +364,8 @@ class FlightRecorder:
                                files.next_sequence)
         writer = SegmentWriter(header, level=LEVEL)
         for frame in self.keyframe(now):
-            writer.add(frame)
+            uid = frame.process.uid if isinstance(frame, Attached) else 0
+            self.shares.charge(header.sequence, uid, writer.add(frame))
         self.writer, self._prev_rows, self._max_bytes = writer, None, self.config.max_bytes
         self._hr_at, self._hr_seen = now, self.alerts.headroom
         self._hr_marks = [(h.resource, h.capacity_bytes, h.sum_peaks_bytes) for h in self._hr_seen]
@@ -295,24 +373,27 @@ class FlightRecorder:
         try:
             if tail:
                 await self._call(files.append, tail, LEVEL)
-            await self._call(files.begin, now, writer.header_bytes(), keyframe, LEVEL)
-        except OSError as exc:
+            await self._call(files.begin, now, writer.header_bytes(), keyframe, LEVEL, self.config.segment_size)
+        except (OSError, RecordDirRefused) as exc:
             self._pause(exc)
             return
+        finally:
+            self._after_io(files)
         self._started = time.monotonic()
         dropped = await self._call(files.enforce, self.config.max_bytes, self.config.segment_size)
+        self._forget_gone(files)
         if dropped:
             log.debug("flight recorder: dropped %s", ", ".join(dropped))
         if self.state == PAUSED:
             log.info("flight recorder writing again to %s", files.path)
         self.state = ON
 
-    def _pause(self, exc: OSError) -> None:
+    def _pause(self, exc: OSError | RecordDirRefused) -> None:
         self.writer, self._prev_rows = None, None
         self._retry_at = time.monotonic() + self.config.retry_interval
         if self.state == PAUSED:
             return
-        why = exc.strerror or str(exc)
+        why = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
         self.state, self._paused_since, self._paused_why = PAUSED, time.time(), why[:1].lower() + why[1:]
         log.warning("flight recorder paused: %s", self.note())
         if self.files is not None:
