@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import socket
 import stat
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -258,3 +261,108 @@ def test_vram_and_gpu_headroom_as_status_and_ls_say(lib_dir: Path, tmp_path: Pat
                 and got.get(key("memagent_headroom_ratio", resource="GPU-m16")) == gpu["ratio"])
 
     poll("the GPU's figures in a scrape, as status and ls say", agree)
+
+
+# ---------------------------------------------------------------------- clients that never read
+
+DEAF_SCRAPERS = Path(__file__).resolve().parents[2] / "bench" / "deaf_scrapers.py"
+#: A label as long as the protocol allows: 350 processes with it make an exposition of ~290 KB,
+#: as 1000 processes with short labels do (docs/security.md §7).
+LONG_LABEL = "l" * 128
+
+
+def tcp_memory() -> int:
+    """Bytes of TCP memory on the whole box (``/proc/net/sockstat``: pages)."""
+    with open("/proc/net/sockstat") as f:
+        line = next(x for x in f if x.startswith("TCP:"))
+    words = line.split()
+    return int(words[words.index("mem") + 1]) * os.sysconf("SC_PAGESIZE")
+
+
+class Sleepers:
+    """Idle processes the daemon watches under :data:`LONG_LABEL`: a large exposition."""
+
+    def __init__(self, d: Daemon, n: int) -> None:
+        self.procs = [subprocess.Popen(["sleep", "1000"]) for _ in range(n)]
+        with d.client() as c:
+            c.attach([p.pid for p in self.procs], label=LONG_LABEL)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def deaf_scrapers(user: pwd.struct_passwd, port: int, count: int, rate: float) -> subprocess.Popen[str]:
+    """``count`` clients of ``user`` asking for /metrics and never reading, held open until
+    :func:`release` (bench/deaf_scrapers.py); returns once all are open."""
+
+    def drop() -> None:
+        os.setgroups([])
+        os.setgid(user.pw_gid)
+        os.setuid(user.pw_uid)
+
+    attacker = subprocess.Popen(["/usr/bin/python3", str(DEAF_SCRAPERS), str(port), str(count), str(rate)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=drop)
+    assert attacker.stdout is not None
+    assert json.loads(attacker.stdout.readline())["opened"] == count
+    return attacker
+
+
+def release(attacker: subprocess.Popen[str]) -> int:
+    """Close the clients; how many of them the daemon had reset."""
+    assert attacker.stdin is not None and attacker.stdout is not None
+    attacker.stdin.close()
+    reset = int(json.loads(attacker.stdout.readline())["reset"])
+    attacker.wait(timeout=30)
+    return reset
+
+
+def test_clients_that_never_read_pin_no_kernel_memory(test_user: pwd.struct_passwd,
+                                                      start_daemon: Callable[..., Daemon]) -> None:
+    """Each answer goes through a 32 KiB send buffer as the client takes it, and one that
+    stalls past the write timeout is reset, not left to the kernel as an orphan with the
+    whole answer queued: the old code held ~600 KB of TCP memory per such client."""
+    port = free_port()
+    d = start_daemon("--interval", "0.1", "--no-stacks", "--metrics", f"127.0.0.1:{port}")
+    sleepers = Sleepers(d, 350)
+    try:
+        poll("an exposition of 250 KB", lambda: len(scrape(port)[2]) > 250_000)
+        before = tcp_memory()
+        attacker = deaf_scrapers(test_user, port, 300, 50)
+        try:
+            time.sleep(6)
+            held = tcp_memory() - before
+            assert scrape(port)[0] == 200  # a scraper still gets its answer
+        finally:
+            release(attacker)
+        assert held < 8 * MiB, f"{held / MiB:.1f} MiB of TCP memory for 300 clients that never read"
+        tick = cli_json(d, "status")["tick"]
+        assert tick["max_lateness"] < ON_TIME, tick
+    finally:
+        sleepers.stop()
+
+
+def test_answers_in_flight_per_address_are_capped(test_user: pwd.struct_passwd,
+                                                  start_daemon: Callable[..., Daemon]) -> None:
+    """Four answers at most in flight to one address: a fifth request gets 503 or takes
+    the place of a stalled one (reset); once they have stalled, a scraper's request
+    always finds room, whoever holds the other four."""
+    port = free_port()
+    d = start_daemon("--interval", "0.1", "--no-stacks", "--metrics", f"127.0.0.1:{port}")
+    sleepers = Sleepers(d, 350)
+    try:
+        poll("an exposition of 250 KB", lambda: len(scrape(port)[2]) > 250_000)
+        attacker = deaf_scrapers(test_user, port, 4, 100)
+        try:
+            time.sleep(0.2)
+            first = scrape(port)[0]  # 503, unless one of the four had already stalled for 1 s (slow box)
+            time.sleep(1.5)  # now all four have taken nothing for longer than STALLED
+            later = [scrape(port)[0] for _ in range(3)]
+        finally:
+            reset = release(attacker)
+        assert first in (200, 503) and later == [200, 200, 200], (first, later)
+        assert reset >= 1  # room made by resetting a stalled answer, never a fifth answer at once
+        assert "Traceback" not in d.log, d.log
+    finally:
+        sleepers.stop()
