@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -144,7 +145,7 @@ def attach(sock: str, pids: list[int]) -> None:
             time.sleep(0.1)
 
 
-def drop_to(user: pwd.struct_passwd):  # type: ignore[no-untyped-def]
+def drop_to(user: pwd.struct_passwd) -> Callable[[], None]:
     def preexec() -> None:
         os.setgroups([])
         os.setgid(user.pw_gid)
