@@ -2,8 +2,9 @@
 (docs/security.md §7, "Measured under attack"): a real daemon (``--interval 0.1``) watching
 1000 processes (an exposition of ~290 KB), then 1,400 such clients of the test user
 (bench/deaf_scrapers.py: 1 KiB receive buffers, 50 connections a second, held open).
-Measured: the box's TCP memory (``/proc/net/sockstat``, ``TCP: ... mem`` in pages) before
-and after, orphaned sockets, the daemon's VmRSS; and a normal scrape's time meanwhile.
+Measured: the box's TCP memory (``/proc/net/sockstat``, ``TCP: ... mem`` in pages) before,
+2 s after the last client opened, after they left, and its peak over the attack; orphaned
+sockets; the daemon's VmRSS; and ten normal scrapes meanwhile.
 
 Run as root (the test user ``memagent-test`` must exist; the tests create it):
 
@@ -23,6 +24,7 @@ import pwd
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +48,25 @@ def tcp_memory() -> tuple[int, int]:
                 fields = dict(zip(words[1::2], map(int, words[2::2]), strict=True))
                 return fields["mem"] * PAGE, fields["orphan"]
     raise RuntimeError("no TCP line in /proc/net/sockstat")
+
+
+class Peak:
+    """The most TCP memory and orphans seen, sampled in a thread until :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self.memory, self.orphans = tcp_memory()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(0.25):
+            memory, orphans = tcp_memory()
+            self.memory, self.orphans = max(self.memory, memory), max(self.orphans, orphans)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def scrape_seconds(port: int) -> tuple[float, int]:
@@ -90,6 +111,7 @@ def main() -> None:
             size = len(fetch(port))
             before, orphans_before = tcp_memory()
             rss_before = proc_status_kb(daemon.pid, "VmRSS")["VmRSS"]
+            peak = Peak()
             attacker = subprocess.Popen(["/usr/bin/python3", str(HERE / "deaf_scrapers.py"), str(port),
                                          str(args.clients), str(args.rate)], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, preexec_fn=drop_to(user))
@@ -101,6 +123,7 @@ def main() -> None:
             rss_after = proc_status_kb(daemon.pid, "VmRSS")["VmRSS"]
             attacker.stdin.close()
             attacker.wait(timeout=60)
+            peak.stop()
             time.sleep(1.0)
             released, orphans_released = tcp_memory()
         finally:
@@ -112,6 +135,8 @@ def main() -> None:
     print(f"TCP memory: {before / mib:.1f} MiB before, {after / mib:.1f} MiB with the clients held "
           f"(+{(after - before) / mib:.1f} MiB), {released / mib:.1f} MiB after they left")
     print(f"orphaned sockets: {orphans_before} before, {orphans} with the clients held, {orphans_released} after")
+    print(f"peak during the attack (sampled every 0.25 s): TCP memory +{(peak.memory - before) / mib:.1f} MiB, "
+          f"{peak.orphans} orphans")
     ok = sum(1 for _, status in during if status == 200)
     times = sorted(s for s, _ in during)
     print(f"scrapes during the attack: {ok}/{len(during)} answered 200, median {times[len(times) // 2] * 1000:.1f} ms, "

@@ -16,6 +16,14 @@ its request, and at most :data:`MAX_CONNECTIONS` are held at once; when all are 
 new one closes the oldest that has not sent its request yet (a scraper sends it at once),
 so connections that say nothing cannot lock scrapes out. One that says nothing, or says
 nonsense, costs a socket for a while and never the tick.
+
+Kernel memory is bounded per connection (docs/security.md §7): the sockets are served with
+the loop's ``sock_*`` calls rather than streams, so that the daemon decides how much of an
+answer the kernel holds (:data:`SEND_BUFFER`, :data:`CHUNK` at a time as the client takes
+it) and how a connection ends: closed once the client has received everything, reset
+(``SO_LINGER`` 0) otherwise, so that no orphaned socket keeps an answer that its client
+never reads. At most :data:`PER_PEER` answers are in flight to one address; an answer
+that has taken nothing for :data:`STALLED` seconds is reset when its place is wanted.
 """
 
 from __future__ import annotations
