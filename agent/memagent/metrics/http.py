@@ -228,13 +228,18 @@ class MetricsExporter:
             try:
                 sock, address = await loop.sock_accept(listener)
             except OSError as exc:  # out of descriptors, or the client left before the accept
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    await asyncio.sleep(0.1)  # not a busy loop while the table is full
+                # A failed accept returns without yielding: never a busy loop that holds the tick.
+                full = exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+                await asyncio.sleep(0.1 if full else 0)
                 continue
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
-            # Each chunk leaves at once: Nagle would hold a chunk smaller than a segment
-            # until the client acknowledges the previous one, up to its delayed ACK (40 ms).
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+                # Each chunk leaves at once: Nagle would hold a chunk smaller than a segment
+                # until the client acknowledges the previous one, up to its delayed ACK (40 ms).
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:  # reset by the client already
+                sock.close()
+                continue
             self._admit(sock, str(address[0]))
 
     def _admit(self, sock: socket.socket, peer: str) -> None:
