@@ -4,16 +4,21 @@ processes leaving; aggregation by label; bad settings and hostile clients."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import signal
 import socket
 import stat
+import subprocess
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import Daemon, Target, free_port, memagent_cli, poll, scrape
+from conftest import Daemon, Target, as_user, free_port, memagent_cli, poll, scrape
 from fakes.fakenvml import FakeGpuState, nvml_env
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
@@ -258,3 +263,151 @@ def test_vram_and_gpu_headroom_as_status_and_ls_say(lib_dir: Path, tmp_path: Pat
                 and got.get(key("memagent_headroom_ratio", resource="GPU-m16")) == gpu["ratio"])
 
     poll("the GPU's figures in a scrape, as status and ls say", agree)
+
+
+# ---------------------------------------------------------------------- clients that never read
+
+DEAF_SCRAPERS = Path(__file__).resolve().parents[2] / "bench" / "deaf_scrapers.py"
+#: A label as long as the protocol allows: 350 processes with it make an exposition of ~290 KB,
+#: as 1000 processes with short labels do (docs/security.md §7).
+LONG_LABEL = "l" * 128
+
+
+def tcp_memory() -> int:
+    """Bytes of TCP memory on the whole box (``/proc/net/sockstat``: pages)."""
+    with open("/proc/net/sockstat") as f:
+        line = next(x for x in f if x.startswith("TCP:"))
+    words = line.split()
+    return int(words[words.index("mem") + 1]) * os.sysconf("SC_PAGESIZE")
+
+
+class Sleepers:
+    """Idle processes the daemon watches under :data:`LONG_LABEL`: a large exposition."""
+
+    def __init__(self, d: Daemon, n: int) -> None:
+        self.procs = [subprocess.Popen(["sleep", "1000"]) for _ in range(n)]
+        with d.client() as c:
+            c.attach([p.pid for p in self.procs], label=LONG_LABEL)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def deaf_scrapers(user: pwd.struct_passwd, port: int, count: int, rate: float) -> subprocess.Popen[str]:
+    """``count`` clients of ``user`` asking for /metrics and never reading, held open until
+    :func:`release` (bench/deaf_scrapers.py); returns once all are open."""
+
+    def drop() -> None:
+        os.setgroups([])
+        os.setgid(user.pw_gid)
+        os.setuid(user.pw_uid)
+
+    attacker = subprocess.Popen(["/usr/bin/python3", str(DEAF_SCRAPERS), str(port), str(count), str(rate)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=drop)
+    assert attacker.stdout is not None
+    assert json.loads(attacker.stdout.readline())["opened"] == count
+    return attacker
+
+
+def release(attacker: subprocess.Popen[str]) -> int:
+    """Close the clients; how many of them the daemon had reset."""
+    assert attacker.stdin is not None and attacker.stdout is not None
+    attacker.stdin.close()
+    reset = int(json.loads(attacker.stdout.readline())["reset"])
+    attacker.wait(timeout=30)
+    return reset
+
+
+def test_clients_that_never_read_pin_no_kernel_memory(test_user: pwd.struct_passwd,
+                                                      start_daemon: Callable[..., Daemon]) -> None:
+    """Each answer goes through a 32 KiB send buffer as the client takes it, and one that
+    stalls past the write timeout is reset, not left to the kernel as an orphan with the
+    whole answer queued: the old code held ~600 KB of TCP memory per such client."""
+    port = free_port()
+    d = start_daemon("--interval", "0.1", "--no-stacks", "--metrics", f"127.0.0.1:{port}")
+    sleepers = Sleepers(d, 350)
+    try:
+        poll("an exposition of 250 KB", lambda: len(scrape(port)[2]) > 250_000)
+        before = tcp_memory()
+        attacker = deaf_scrapers(test_user, port, 300, 50)
+        try:
+            time.sleep(6)
+            held = tcp_memory() - before
+            assert scrape(port)[0] == 200  # a scraper still gets its answer
+        finally:
+            release(attacker)
+        assert held < 8 * MiB, f"{held / MiB:.1f} MiB of TCP memory for 300 clients that never read"
+        tick = cli_json(d, "status")["tick"]
+        assert tick["max_lateness"] < ON_TIME, tick
+    finally:
+        sleepers.stop()
+
+
+def test_answers_in_flight_per_address_are_capped(test_user: pwd.struct_passwd,
+                                                  start_daemon: Callable[..., Daemon]) -> None:
+    """Four answers at most in flight to one address: a fifth request gets 503 or takes
+    the place of a stalled one (reset); once they have stalled, a scraper's request
+    always finds room, whoever holds the other four."""
+    port = free_port()
+    d = start_daemon("--interval", "0.1", "--no-stacks", "--metrics", f"127.0.0.1:{port}")
+    sleepers = Sleepers(d, 350)
+    try:
+        poll("an exposition of 250 KB", lambda: len(scrape(port)[2]) > 250_000)
+        attacker = deaf_scrapers(test_user, port, 4, 100)
+        try:
+            time.sleep(0.2)
+            first = scrape(port)[0]  # 503, unless one of the four had already stalled for 1 s (slow box)
+            time.sleep(1.5)  # now all four have taken nothing for longer than STALLED
+            later = [scrape(port)[0] for _ in range(3)]
+        finally:
+            reset = release(attacker)
+        assert first in (200, 503) and later == [200, 200, 200], (first, later)
+        assert reset >= 1  # room made by resetting a stalled answer, never a fifth answer at once
+        assert "Traceback" not in d.log, d.log
+    finally:
+        sleepers.stop()
+
+
+def vm_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("VmRSS:")).split()[1])
+
+
+def huge_heads(port: int, rounds: int) -> int:
+    """16 clients at once, each sending ``rounds`` requests of 400 KB of headers (the
+    limit is 16 KiB); how many of them the daemon accepted."""
+    accepted = []
+
+    def client() -> None:
+        for _ in range(rounds):
+            with socket.socket() as s:
+                s.settimeout(10)
+                s.connect((b"127.0.0.1", port))  # bytes: a str needs the idna codec, which the user cannot import
+                accepted.append(1)
+                # Reset once the daemon has read its 16 KiB and answered 400: the rest is refused.
+                with contextlib.suppress(OSError):
+                    s.sendall(b"GET /metrics HTTP/1.1\r\nX-Big: " + b"A" * 400_000 + b"\r\n\r\n")
+                    s.recv(100)
+
+    threads = [threading.Thread(target=client) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return len(accepted)
+
+
+def test_huge_request_heads_leave_no_memory_behind(test_user: pwd.struct_passwd,
+                                                   start_daemon: Callable[..., Daemon]) -> None:
+    """The request is read into one 16 KiB buffer per connection, never more: the old
+    stream reader took up to 256 KiB a read and kept ~13 MiB of RSS after such a burst."""
+    port = free_port()
+    d = start_daemon("--interval", "0.1", "--no-stacks", "--metrics", f"127.0.0.1:{port}")
+    as_user(test_user, lambda: huge_heads(port, 2))  # the first connections' one-time allocations
+    before = vm_rss_kib(d.proc.pid)
+    assert as_user(test_user, lambda: huge_heads(port, 40)) == 640
+    assert scrape(port)[0] == 200
+    grown = vm_rss_kib(d.proc.pid) - before
+    assert grown < 4 * 1024, f"RSS grew {grown} KiB after 640 requests with 400 KB heads"

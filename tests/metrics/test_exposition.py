@@ -142,6 +142,20 @@ def test_a_name_that_is_not_utf8_still_renders() -> None:
     assert got[key("memagent_process_rss_bytes", pid="7", name="py\N{REPLACEMENT CHARACTER}", label="")] == 1
 
 
+def test_a_name_with_control_characters_renders_none() -> None:
+    """ESC, BEL, NUL, tab, DEL and C1 controls (CSI) from a process name or label become
+    U+FFFD in both formats, and in nothing else of the exposition either."""
+    name = "py\x1b]0;owned\x07\x00\t\x7f\x9b2J"
+    label = "l\x1b[31mred"
+    s = snapshot(processes=(ProcessFigures(7, name, label, 1, 2, None, None, 0.0, True),))
+    for openmetrics in (False, True):
+        text = render_text(s, openmetrics)
+        assert not [c for c in text if c != "\n" and (ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f)]
+        got = samples(text, openmetrics)
+        assert got[key("memagent_process_rss_bytes", pid="7", name="py\ufffd]0;owned" + "\ufffd" * 4 + "\ufffd2J",
+                       label="l\ufffd[31mred")] == 1
+
+
 def test_per_label_sums_and_exact_only_when_all_are() -> None:
     rows = by_label(snapshot().processes)
     assert [r.label for r in rows] == ["", "trainer"]

@@ -8,8 +8,9 @@ delayed, and importing it adds ~2.5 MB to the daemon's RSS; this renders the sam
 families in ~3 ms, a family at a time (bench/metrics_scrape.py measures both). The tests read the output with
 prometheus-client's parsers and a real Prometheus.
 
-Pure: a snapshot in, text out. Label values are escaped (``\\``, ``"``, newline), so a
-process name cannot forge a series; the command line is never shown (it can hold secrets).
+Pure: a snapshot in, text out. Label values are escaped (``\\``, ``"``, newline) and
+control characters replaced, so a process name can neither forge a series nor send a
+terminal escape; the command line is never shown (it can hold secrets).
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from functools import lru_cache
 from .snapshot import MetricsSnapshot, ProcessFigures
 
 LEAK_ETA = "memagent_process_leak_eta_seconds"
-_SURROGATE = re.compile("[\ud800-\udfff]")
+#: What becomes U+FFFD in a label value: every C0 and C1 control character and DEL (a process
+#: name may hold ESC or BEL, which a terminal showing the exposition would obey; the formats
+#: escape only ``\\``, ``"`` and newline) and lone surrogates (a name that is not UTF-8).
+_UNSAFE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
@@ -47,11 +51,13 @@ PER_LABEL = {LEAK_ETA: " The soonest of the label's processes."}
 
 
 def escape(value: str) -> str:
-    """A label value as both formats quote it; text that is not UTF-8 (a process name
-    read as bytes) becomes U+FFFD rather than an invalid exposition."""
+    """A label value as both formats quote it; a control character, or text that is not
+    UTF-8 (a process name read as bytes), becomes U+FFFD rather than reaching a terminal
+    or making an invalid exposition. The fast path is ``str.isprintable`` (one pass in C):
+    only a value it refuses goes through the pattern."""
     value = value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-    if not value.isascii():
-        value = _SURROGATE.sub("\N{REPLACEMENT CHARACTER}", value)
+    if not value.isprintable():
+        value = _UNSAFE.sub("\N{REPLACEMENT CHARACTER}", value)
     return value
 
 

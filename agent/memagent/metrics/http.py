@@ -16,15 +16,31 @@ its request, and at most :data:`MAX_CONNECTIONS` are held at once; when all are 
 new one closes the oldest that has not sent its request yet (a scraper sends it at once),
 so connections that say nothing cannot lock scrapes out. One that says nothing, or says
 nonsense, costs a socket for a while and never the tick.
+
+Kernel memory is bounded per connection (docs/security.md §7): the sockets are served with
+the loop's ``sock_*`` calls rather than streams, so that the daemon decides how much of an
+answer the kernel holds (:data:`SEND_BUFFER`, :data:`CHUNK` at a time as the client takes
+it) and how a connection ends: closed once the client has received everything, reset
+(``SO_LINGER`` 0) otherwise, so that no orphaned socket keeps an answer that its client
+never reads. At most :data:`PER_PEER` answers are in flight to one address; an answer
+that has taken nothing for :data:`STALLED` seconds is reset when its place is wanted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import logging
 import os
+import socket
+import struct
+import sys
+import termios
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from memproto.text import printable
 
@@ -44,6 +60,14 @@ WRITE_TIMEOUT = 10.0
 #: The request line and headers together, at most (bytes).
 MAX_HEAD = 16 * 1024
 MAX_CONNECTIONS = 16
+#: Answers in flight to one client address at once (a further request from it: ``503``).
+PER_PEER = 4
+#: An answer that takes nothing for this long (seconds) may be reset to make room.
+STALLED = 1.0
+#: SO_SNDBUF of every connection (the kernel doubles it): what the kernel holds of an
+#: answer at a time. The rest waits in the daemon, in :data:`CHUNK` pieces.
+SEND_BUFFER = 32 * 1024
+CHUNK = 16 * 1024
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
@@ -53,12 +77,17 @@ def wants_openmetrics(accept: str) -> bool:
     return any(part.split(";")[0].strip() == "application/openmetrics-text" for part in accept.split(","))
 
 
-def response(status: int, body: bytes, content_type: str = "text/plain; charset=utf-8", head: bool = False) -> bytes:
+Answer = tuple[bytes, bytes]
+
+
+def response(status: int, body: bytes, content_type: str = "text/plain; charset=utf-8", head: bool = False) -> Answer:
+    """The status line and headers, and the body (empty for ``HEAD``): apart, so that the
+    body shared by the scrapes of a tick is sent as it is, not copied into each answer."""
     lines = [f"HTTP/1.1 {status} {REASONS[status]}", f"Content-Type: {content_type}",
              f"Content-Length: {len(body)}", "Connection: close"]
     if status == 405:
         lines.append("Allow: GET, HEAD")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + (b"" if head else body)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode(), (b"" if head else body)
 
 
 def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
@@ -77,16 +106,73 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
     return method, target.split("?", 1)[0], headers
 
 
+@dataclass(eq=False, slots=True)
+class Connection:
+    """One client of the endpoint, from its accept to its close."""
+
+    sock: socket.socket
+    #: The client's address without its port: answers in flight are counted per address.
+    peer: str
+    #: When it last made progress (accepted, request read, part of the answer taken), monotonic.
+    progress: float
+    task: asyncio.Task[None] | None = None
+    #: True once its request is read and it is being answered.
+    answering: bool = False
+
+    def stalled(self, now: float) -> bool:
+        """Being answered, and taking none of the answer for :data:`STALLED` seconds."""
+        return self.answering and now - self.progress >= STALLED
+
+
+def unsent(sock: socket.socket) -> int:
+    """Bytes of the answer still in the kernel's send queue (sent, not yet acknowledged)."""
+    return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, bytes(4)), sys.byteorder, signed=True)
+
+
+def abort(sock: socket.socket) -> None:
+    """Close with a reset: the kernel frees the socket's send queue at once instead of
+    keeping it as an orphan that the peer can hold open with zero-window answers."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """Bound, listening, non-blocking sockets for ``host`` (``localhost``: each of its
+    addresses), each with the small buffers every accepted socket inherits."""
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                                  flags=socket.AI_PASSIVE):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, MAX_HEAD)
+            sock.bind(address)
+            sock.listen(128)
+            sock.setblocking(False)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 class MetricsExporter:
     def __init__(self, config: MetricsConfig, source: MetricsSnapshotSource, ticker: Ticker) -> None:
         self.config = config  # the agent's own: a reload changes it in place
         self.source = source
         self.ticker = ticker
         self.pacer = Pacer(ticker)
-        self.server: asyncio.Server | None = None
-        self._clients: set[asyncio.Task[None]] = set()
-        #: The connections still waiting for their request, oldest first (dicts keep order).
-        self._waiting: dict[asyncio.Task[None], None] = {}
+        self.listeners: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task[None]] = []
+        #: The connections held, in the order they came (dicts keep order).
+        self._connections: dict[asyncio.Task[None], Connection] = {}
+        #: The latest body of each format, and what it was rendered for (see :meth:`body`).
+        self._bodies: dict[bool, tuple[tuple[int, str], asyncio.Future[bytes]]] = {}
         self._textfile_failing: str | None = None
 
     # ------------------------------------------------------------------ the exposition
@@ -107,6 +193,17 @@ class MetricsExporter:
             await pace.pause()
         return "".join(chunks).encode("utf-8")
 
+    async def body(self, openmetrics: bool) -> bytes:
+        """The exposition for a scrape: rendered once per tick and format, and shared by
+        every scrape of that tick (the figures change only at a tick), so that clients
+        answered at once hold one body between them, not one each."""
+        key = (self.ticker.ticks, self.config.per_process)
+        latest = self._bodies.get(openmetrics)
+        if latest is None or latest[0] != key or (latest[1].done() and latest[1].exception() is not None):
+            latest = (key, asyncio.ensure_future(self.exposition(openmetrics)))
+            self._bodies[openmetrics] = latest
+        return await asyncio.shield(latest[1])  # a client that leaves does not stop it for the others
+
     # ------------------------------------------------------------------ HTTP
 
     async def start(self) -> None:
@@ -115,48 +212,141 @@ class MetricsExporter:
             return
         host, port = split_listen(self.config.listen)
         try:
-            self.server = await asyncio.start_server(self._accept, host, port, limit=MAX_HEAD)
+            self.listeners = listening_sockets(host, port)
         except OSError as exc:
-            # asyncio rewords it ("error while attempting to bind on address ..."): errno says it plainly.
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            reason = exc.strerror if isinstance(exc, socket.gaierror) or not exc.errno else os.strerror(exc.errno)
             where = self.config.listen
-            raise MetricsListenError(f"cannot listen on {where} for metrics: {printable(reason)}") from None
-        bound = self.server.sockets[0].getsockname()
+            raise MetricsListenError(f"cannot listen on {where} for metrics: {printable(str(reason))}") from None
+        self._acceptors = [asyncio.ensure_future(self._accept_from(sock)) for sock in self.listeners]
+        bound = self.listeners[0].getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         log.info("metrics: serving http://%s:%d/metrics", shown, bound[1])
 
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._clients) >= MAX_CONNECTIONS:
-            if not self._waiting:  # all of them being answered: this one waits for none
-                writer.close()
+    async def _accept_from(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, address = await loop.sock_accept(listener)
+            except OSError as exc:  # out of descriptors, or the client left before the accept
+                # A failed accept returns without yielding: never a busy loop that holds the tick.
+                full = exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+                await asyncio.sleep(0.1 if full else 0)
+                continue
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+                # Each chunk leaves at once: Nagle would hold a chunk smaller than a segment
+                # until the client acknowledges the previous one, up to its delayed ACK (40 ms).
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:  # reset by the client already
+                sock.close()
+                continue
+            self._admit(sock, str(address[0]))
+
+    def _admit(self, sock: socket.socket, peer: str) -> None:
+        """Hold a new connection, making room if all :data:`MAX_CONNECTIONS` are taken:
+        the oldest that has not sent its request goes first, else the answer stalled the
+        longest; if every one is a request being answered and taken, the new one is reset."""
+        now = time.monotonic()
+        if len(self._connections) >= MAX_CONNECTIONS:
+            victim = next((c for c in self._connections.values() if not c.answering), None) or self._stalled(now)
+            if victim is None:
+                abort(sock)
                 return
-            next(iter(self._waiting)).cancel()  # its finally closes it
-        task = asyncio.ensure_future(self._serve(reader, writer))
-        self._clients.add(task)
-        self._waiting[task] = None
-        task.add_done_callback(self._forget)
+            self._evict(victim)
+        conn = Connection(sock, peer, now)
+        conn.task = asyncio.ensure_future(self._serve(conn))
+        self._connections[conn.task] = conn
+        conn.task.add_done_callback(self._forget)
+
+    def _stalled(self, now: float, peer: str | None = None) -> Connection | None:
+        """The answer (to ``peer``, or to anyone) that has taken nothing for longest, if stalled."""
+        stalled = [c for c in self._connections.values() if c.stalled(now) and peer in (None, c.peer)]
+        return min(stalled, key=lambda c: c.progress, default=None)
+
+    def _evict(self, conn: Connection) -> None:
+        assert conn.task is not None
+        del self._connections[conn.task]  # now: the slot is free before its task has ended
+        conn.task.cancel()  # its finally resets the connection
 
     def _forget(self, task: asyncio.Task[None]) -> None:
-        self._clients.discard(task)
-        self._waiting.pop(task, None)
+        self._connections.pop(task, None)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _may_answer(self, conn: Connection) -> bool:
+        """Room for one more answer to this client's address (:data:`PER_PEER`), made by
+        resetting that address's most stalled answer if it is at its share."""
+        now = time.monotonic()
+        peers = sum(1 for c in self._connections.values() if c.answering and c.peer == conn.peer)
+        if peers >= PER_PEER:
+            victim = self._stalled(now, conn.peer)
+            if victim is None:
+                return False
+            self._evict(victim)
+        conn.answering, conn.progress = True, now
+        return True
+
+    async def _serve(self, conn: Connection) -> None:
+        finished = False
         try:
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
-                self._waiting.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+                head = await asyncio.wait_for(self._read_head(conn.sock), HEAD_TIMEOUT)
                 method, path, headers = parse_head(head)
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError):
-                writer.write(response(400, b"not an HTTP/1.x request\n"))
+            except (asyncio.TimeoutError, ValueError):
+                answer = response(400, b"not an HTTP/1.x request\n")
             else:
-                writer.write(await self._answer(method, path, headers))
-            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+                if self._may_answer(conn):
+                    answer = await self._answer(method, path, headers)
+                else:
+                    answer = response(503, f"more than {PER_PEER} answers at once to one address\n".encode())
+            await asyncio.wait_for(self._send(conn, answer), WRITE_TIMEOUT)
+            finished = True
         except (OSError, asyncio.TimeoutError):
             pass  # the client went away, or does not read: nothing to tell it
         finally:
-            writer.close()
+            if finished:
+                conn.sock.close()
+            else:
+                abort(conn.sock)
 
-    async def _answer(self, method: str, path: str, headers: dict[str, str]) -> bytes:
+    @staticmethod
+    async def _read_head(sock: socket.socket) -> bytes:
+        """The request line and headers, read into one buffer of :data:`MAX_HEAD` bytes
+        (ValueError: the connection ended first, or the buffer is full without their end).
+        Nothing past the blank line is read, and no read allocates more than that buffer."""
+        loop = asyncio.get_running_loop()
+        buffer = bytearray(MAX_HEAD)
+        view = memoryview(buffer)
+        filled = 0
+        while filled < MAX_HEAD:
+            n = await loop.sock_recv_into(sock, view[filled:])
+            if n == 0:
+                raise ValueError("the request ended before its blank line")
+            end = buffer.find(b"\r\n\r\n", max(0, filled - 3), filled + n)
+            filled += n
+            if end >= 0:
+                return bytes(buffer[:end + 4])
+        raise ValueError(f"a request head of more than {MAX_HEAD} bytes")
+
+    @staticmethod
+    async def _send(conn: Connection, answer: Answer) -> None:
+        """The answer, :data:`CHUNK` bytes at a time as the client takes them (the kernel
+        holds at most the socket's small send buffer of it), then until the client has
+        received it all: closing earlier would leave the rest in an orphaned socket."""
+        loop = asyncio.get_running_loop()
+        for part in answer:
+            view = memoryview(part)
+            for offset in range(0, len(view), CHUNK):
+                await loop.sock_sendall(conn.sock, view[offset:offset + CHUNK])
+                conn.progress = time.monotonic()
+        delay, left = 0.001, unsent(conn.sock)
+        while left > 0:
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 0.05)
+            now_left = unsent(conn.sock)
+            if now_left < left:
+                conn.progress = time.monotonic()
+            left = now_left
+
+    async def _answer(self, method: str, path: str, headers: dict[str, str]) -> Answer:
         if method not in ("GET", "HEAD"):
             return response(405, b"only GET and HEAD\n")
         head = method == "HEAD"
@@ -165,7 +355,7 @@ class MetricsExporter:
         if path != "/metrics":
             return response(404, b"not found: the metrics are at /metrics\n", head=head)
         openmetrics = wants_openmetrics(headers.get("accept", ""))
-        body = await self.exposition(openmetrics)
+        body = await self.body(openmetrics)
         return response(200, body, OPENMETRICS_TYPE if openmetrics else TEXT_TYPE, head=head)
 
     # ------------------------------------------------------------------ textfile
@@ -197,11 +387,12 @@ class MetricsExporter:
         self._textfile_failing = reason
 
     async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-        for task in list(self._clients):
+        tasks: list[asyncio.Future[Any]] = [*self._acceptors, *self._connections]
+        tasks += [future for _, future in self._bodies.values()]
+        for task in tasks:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*self._clients, return_exceptions=True)
-        if self.server is not None:
-            await self.server.wait_closed()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for sock in self.listeners:
+            sock.close()
+        self.listeners, self._acceptors = [], []
