@@ -193,7 +193,7 @@ class Agent:
             back, gone = restore(self.registry, saved, time.time())
             if back or gone or rules:
                 log.info("restored from %s: %d processes watched again, %d exited, %d group rules", self.state.path,
-                         back, gone, len(self.groups))
+                         back, gone, self.groups.kept)
             keeper = self.report.state_keeper = StateKeeper(self.state, self.registry, self.groups)
             if dropped:
                 self.registry.edits += 1  # the file shrinks to what was kept

@@ -142,7 +142,9 @@ class Groups:
     def rules(self) -> list[GroupRule]:
         return list(self._order)
 
-    def __len__(self) -> int:
+    @property
+    def kept(self) -> int:
+        """How many rules there are (a Groups is never falsy: callers test ``is None``)."""
         return len(self._order)
 
     def count(self, owner: int | None) -> int:
@@ -162,7 +164,7 @@ class Groups:
         if self.count(rule.owner) >= self.max_per_uid:
             return (f"uid {rule.owner} keeps {self.max_per_uid} group rules already (clients.max_rules_per_uid); "
                     "end one with memagent detach --cgroup/--unit/--container")
-        if len(self._order) - self.count(None) >= self.max_rules:
+        if self.kept - self.count(None) >= self.max_rules:
             return f"{self.max_rules} group rules of users kept already (clients.max_rules)"
         return None
 

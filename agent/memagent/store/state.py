@@ -210,7 +210,7 @@ class StateKeeper:
         """What to save, taken now (on the loop), as the write to run in the thread."""
         self._edits, self._peaks, self._saved_at = self.registry.edits, self._peak_sum(), time.monotonic()
         saved = [Saved.of(w) for w in self.registry.entries.values()]
-        rules = self.groups.rules if self.groups else []
+        rules = self.groups.rules if self.groups is not None else []
         return lambda: self.state.save(saved, rules)
 
     def _done(self, error: OSError | None) -> None:
