@@ -225,7 +225,8 @@ class StateKeeper:
             log.warning("cannot save the state in %s: %s; retrying on the next change and every %.0f s",
                         self.state.path, why, RETRY_EVERY)
         self._unsaved, self._retry_at = True, time.monotonic() + RETRY_EVERY
-        self.fault = (f"state changes not saved since {time.strftime('%H:%M:%S')}: {why}; retrying" if self.fault is None else self.fault)
+        if self.fault is None:  # since the first failure, not the latest
+            self.fault = f"state changes not saved since {time.strftime('%H:%M:%S')}: {why}; retrying"
 
     async def save_now(self) -> None:
         """Save what there is now, in the keeper's thread (after a write in flight)."""
