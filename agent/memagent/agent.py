@@ -79,7 +79,7 @@ class Agent:
             events=_Announcer(self),
             container_names=ContainerNames(config.containers_root or None, self._container_names_found),
         )
-        self.groups = Groups(self.registry)
+        self.groups = Groups(self.registry, config.max_rules_per_uid, config.max_rules)
         self.scanner = Scanner(self.registry, config.auto, label=config.auto_label, groups=self.groups,
                                cmdline=config.auto_cmdline)
         self.ticker = Ticker(config.interval, self.on_tick)
@@ -183,13 +183,20 @@ class Agent:
         keeper = None
         if self.state is not None:
             saved, rules = self.state.load()
-            for rule in rules:  # before the entries: a rule's processes started meanwhile get its label
-                self.groups.add(rule)
+            # Before the entries: a rule's processes started meanwhile get its label. Past
+            # the caps (a file of an older version, or caps lowered): each user's first ones.
+            dropped = self.groups.take_back(rules)
+            if dropped:
+                log.warning("restored from %s: %d group rules of users left out, past clients.max_rules_per_uid "
+                            "(%d) or clients.max_rules (%d); root's and admin_group's all kept", self.state.path,
+                            dropped, self.groups.max_per_uid, self.groups.max_rules)
             back, gone = restore(self.registry, saved, time.time())
             if back or gone or rules:
                 log.info("restored from %s: %d processes watched again, %d exited, %d group rules", self.state.path,
-                         back, gone, len(rules))
-            keeper = StateKeeper(self.state, self.registry, self.groups)
+                         back, gone, self.groups.kept)
+            keeper = self.report.state_keeper = StateKeeper(self.state, self.registry, self.groups)
+            if dropped:
+                self.registry.edits += 1  # the file shrinks to what was kept
         await self.recorder.start()  # its first segment opens with what was restored
         recorder = asyncio.ensure_future(self.recorder.run())
         loop = asyncio.get_running_loop()
@@ -219,7 +226,8 @@ class Agent:
             self.recorder.stop()  # not cancelled: it writes its last batch and syncs its segment
             await recorder
             if keeper is not None:
-                keeper.save()
+                keeper.save()  # after a write in flight; then its thread ends
+                keeper.close()
             for fd in event_fds:
                 loop.remove_reader(fd)
             self.process_events.close()
@@ -271,6 +279,7 @@ class Agent:
         if {"auto", "auto_cmdline", "auto_label"} & set(applied):  # a new scanner looks at every process again
             self.scanner = self.process_events.scanner = Scanner(self.registry, c.auto, label=c.auto_label,
                                                                  groups=self.groups, cmdline=c.auto_cmdline)
+        self.groups.max_per_uid, self.groups.max_rules = c.max_rules_per_uid, c.max_rules  # kept ones stay
         self.stacks.apply(new.stacks)
         self.alerts.apply(new.headroom, new.alerts)
         self.recorder.apply(new.record)

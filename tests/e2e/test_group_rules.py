@@ -4,18 +4,23 @@ directory with the watched set, each with its owner's rights) and ``detach --cgr
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import pwd
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Daemon, Target, as_user, memagent_cli, poll
 from test_containers_e2e import MakeCgroup, make_cgroup  # noqa: F401 - the fixture, shared
 
+from memagent.cli.main import main
 from memagent.client import Client
 from memagent.core.groups import GroupRule
 from memproto.client_side import RequestFailed
+from memproto.frames import Attach, Error
 
 
 def _pids(d: Daemon) -> set[int]:
@@ -136,3 +141,70 @@ def test_another_user_cannot_end_roots_rule_and_a_users_rule_restarts_with_its_r
     (late,), (seen,) = map(int, root_in_users.do("fork")), map(int, witness.do("fork"))
     poll("root's rule took its newcomer", lambda: seen in _pids(d))
     assert late not in _pids(d)
+
+
+def _rss_kib(pid: int) -> int:
+    return next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("VmRSS:"))
+
+
+FLOOD = 10_000
+WINDOW = 200  # requests in flight at once: pipelined, replies read after each window
+
+
+def test_ten_thousand_rule_requests_from_a_user_are_refused_past_its_share(
+    start_daemon: Callable[..., Daemon], test_user: pwd.struct_passwd, shared_dir: str, tmp_path: Path,
+) -> None:
+    """Issue 25 point 4: a socket-group user made 6,387 rules in 60 s, all kept and saved.
+    Now its 64 (``clients.max_rules_per_uid``) are kept, every later one is refused whole
+    (``busy``), the state file holds 64, the daemon's RSS and its tick stay put, and root
+    (whose pool is its own) still makes rules."""
+    state = tmp_path / "state"
+    d = start_daemon("--state-dir", str(state), "--interval", "0.1", "--no-gpu", "--socket-group",
+                     test_user.pw_name, socket=f"{shared_dir}/m.sock")
+    with d.client() as c:
+        lateness_before = c.status().tick.max_lateness
+    rss_before = _rss_kib(d.proc.pid)
+
+    def flood() -> dict[str, object]:
+        kept, refused, messages = 0, 0, set()
+        with Client(d.socket, timeout=120) as c:
+            for start in range(0, FLOOD, WINDOW):
+                for n in range(start, start + WINDOW):
+                    c.send(Attach(n + 1, [], cgroup=f"/flood.slice/{n}", label="x" * 128))
+                for _ in range(WINDOW):
+                    reply = c.recv()
+                    if isinstance(reply, Error):
+                        refused += 1
+                        messages.add((reply.code, reply.message))
+                    else:
+                        kept += 1
+            tick = c.status().tick
+        return {"kept": kept, "refused": refused, "messages": sorted(messages), "lateness": tick.max_lateness,
+                "overruns": tick.overruns}
+
+    out: Any = as_user(test_user, flood)
+    assert (out["kept"], out["refused"]) == (64, FLOOD - 64), out
+    assert out["messages"] == [["busy", f"group rule refused: uid {test_user.pw_uid} keeps 64 group rules already "
+                                        "(clients.max_rules_per_uid); end one with memagent detach "
+                                        "--cgroup/--unit/--container"]]
+    # The daemon's own clock: no tick late by more than a tick's interval (0.1 s) beyond
+    # what it had before (the unfixed daemon wrote a 6.5 MiB file twice synced on its loop).
+    assert out["lateness"] <= max(lateness_before, 0.1), out
+    poll("the 64 rules saved", lambda: len(_saved_rules(state)) == 64)
+    assert (state / "state.json").stat().st_size < 64 * 1024
+    assert _rss_kib(d.proc.pid) - rss_before < 8 * 1024  # KiB: the unfixed daemon grew 21 MiB for 6,387
+
+    # One line, exit 1, from the CLI; the user's share is its own: root's rule is kept.
+    def cli() -> dict[str, object]:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            status = main(["--socket", d.socket, "attach", "--cgroup", "/one.more"])
+        return {"status": status, "stderr": err.getvalue()}
+
+    out = as_user(test_user, cli)
+    assert out["status"] == 1 and out["stderr"].count("\n") == 1, out
+    assert out["stderr"].startswith("memagent: group rule refused: uid "), out
+    r = memagent_cli("--socket", d.socket, "attach", "--cgroup", "/roots.slice")
+    assert r.returncode == 0, r.stderr
+    poll("root's rule saved too", lambda: len(_saved_rules(state)) == 65)

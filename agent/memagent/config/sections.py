@@ -285,6 +285,14 @@ class AgentConfig:
     #: Connections one non-admin UID may hold at once.
     max_clients_per_uid: int = key("clients.max_per_uid", Whole(1, 10_000), 8, reload=LIVE,
                                    doc="Connections one UID may hold at once, unless root or in `admin_group`.")
+    #: Group rules (attach --cgroup/--unit/--container) one non-admin UID may keep at once.
+    max_rules_per_uid: int = key("clients.max_rules_per_uid", Whole(0, 100_000), 64, reload=LIVE,
+                                 doc="Group rules (`attach --cgroup/--unit/--container`) one UID may keep, "
+                                     "unless root or in `admin_group`.")
+    #: Group rules all non-admin UIDs together may keep; root and admin_group have as many again.
+    max_rules: int = key("clients.max_rules", Whole(0, 100_000), 1024, reload=LIVE,
+                         doc="Group rules all users together may keep; root and `admin_group` have as many "
+                             "again of their own.")
     #: A client neither subscribed nor sending requests for this long is closed (seconds).
     client_idle_timeout: float = key("clients.idle_timeout", Number(0.1, DAY, SECONDS), 60.0, reload=LIVE,
                                      doc="Seconds after which a client neither subscribed nor asking is closed.")

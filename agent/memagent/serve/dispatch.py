@@ -190,10 +190,15 @@ class Dispatcher:
 
             attached, failed = await _each_pid(req.pids, inside, pace)
             return AttachOk(req.id, [w.info() for w in attached], failed)
+        rule = GroupRule(*selected[0], req.label, trusted, may_watch,
+                         None if trusted else session.access.peer.uid) if selected else None
+        # A rule past its owner's share (or all users'): the whole request refused, nothing
+        # attached, before any PID is looked at (docs/security.md "Attach rules without end").
+        if rule is not None and (refused := self.groups.refusal(rule)) is not None:
+            return Error(req.id, ErrorCode.BUSY, f"group rule refused: {refused}")
         attached, failed = await _each_pid(req.pids, one, pace)
-        if selected:
-            attached += await self._attach_group(*selected[0], one, pace, GroupRule(
-                *selected[0], req.label, trusted, may_watch, None if trusted else session.access.peer.uid))
+        if rule is not None:
+            attached += await self._attach_group(rule.kind, rule.value, one, pace, rule)
         infos = [w.info() for w in attached]
         if len(infos) < 200:
             return AttachOk(req.id, infos, failed)

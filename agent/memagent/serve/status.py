@@ -27,6 +27,7 @@ from ..core.sampler import Ticker
 from ..core.stack_collector import StackCollector
 from ..proc.procfs import ProcFS
 from ..store.recorder import FlightRecorder
+from ..store.state import StateKeeper
 from .access import Access, alert_for, headroom_for, own_pids
 from .server import Server
 
@@ -47,6 +48,8 @@ class StatusReport:
     events: ProcessEvents
     #: The flight recorder; None: none (a part built without one, in tests).
     recorder: FlightRecorder | None = None
+    #: What saves the state directory (set once it runs); its failure is a fault.
+    state_keeper: StateKeeper | None = None
 
     def build(self, access: Access) -> DaemonStatus:
         visible = self.registry.visible(access.may_watch)
@@ -81,7 +84,7 @@ class StatusReport:
             process_events=self.events.mode,
             process_events_note=self.events.note if self.events.overruns == 0 else
             f"{self.events.overruns} socket overruns: events lost (the /proc scan covers missed forks)",
-            faults=self.procfs.faults + self.alerts.limits.faults,
+            faults=self.procfs.faults + self.alerts.limits.faults + self._state_faults(),
             # Where the recorder writes: only to a client that sees all.
             recording=rec.state if rec else "off",
             recording_dir=rec.path if rec and access.sees_all else None,
@@ -93,6 +96,10 @@ class StatusReport:
             stack_sampler_note=self.stacks.sampler_note,
             sampler_bursts=self.stacks.bursts.started,
         )
+
+    def _state_faults(self) -> list[str]:
+        keeper = self.state_keeper
+        return [keeper.fault] if keeper is not None and keeper.fault is not None else []
 
 
 def _visible(alerts: Iterable[Alert], own: set[int] | None) -> list[Alert]:

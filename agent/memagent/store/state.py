@@ -14,9 +14,10 @@ The file holds the watched set and the group rules of ``attach --cgroup/--unit/
 --container`` (each with its owner's UID: restored with that user's rights only).
 Written whole, atomically: a temporary file in the directory, ``fsync``, ``rename`` over
 ``state.json``, ``fsync`` of the directory, so a crash (SIGKILL, power) leaves the
-previous file or the new one, never half of one. It is written from the event loop, off
-the tick: within a second of a change of the set (attach, detach, exit, reset-peaks, a
-label), every 10 s while only peaks grow, and at shutdown. A file that cannot be read or
+previous file or the new one, never half of one. It is written in a thread, never on the
+event loop (:class:`StateKeeper`): within a second of a change of the set (attach, detach,
+exit, reset-peaks, a label, a group rule), every 10 s while only peaks grow, and at
+shutdown; a write that failed (a full disk) is tried again until it works. A file that cannot be read or
 understood (corrupt, truncated, another format version) is renamed aside
 (``state.json.corrupt-<time>``) with one warning line, and the daemon starts with
 nothing restored.
@@ -32,6 +33,8 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from ..core.groups import GroupRule, Groups
 from ..core.registry import Registry
@@ -49,6 +52,8 @@ DIR_MODE = 0o700
 FILE_MODE = 0o600
 #: Seconds between two checks for a change to save (a burst of attaches: one write).
 SAVE_EVERY = 1.0
+#: Seconds between two tries of a save that failed, while nothing changes (a full disk).
+RETRY_EVERY = 10.0
 #: While only peaks grow, a write at most this often (a process that dies while the daemon
 #: is down is listed with the last peak saved).
 PEAK_SAVE_EVERY = 10.0
@@ -165,7 +170,17 @@ class StateDir:
 
 
 class StateKeeper:
-    """Saves the registry's state when it changed (module doc), from the event loop."""
+    """Saves the registry's state when it changed (module doc), off the event loop.
+
+    What is saved is taken on the loop (a list of frozen records: cheap, and consistent
+    with one moment); it is encoded, written, synced and renamed in a thread of the
+    keeper's own, one write at a time. Changes made while a write is in flight are saved by
+    the next one, so a burst of changes makes one write a second at most, the latest state
+    winning. A write that fails (a full disk, an I/O error) leaves the state unsaved: it is
+    tried again at the next change, and every :data:`RETRY_EVERY` seconds without one, so a
+    change made while the disk is full reaches it once there is room; the failure is one
+    warning line (one line again when a save works) and a line in the status's ``faults``
+    meanwhile."""
 
     def __init__(self, state: StateDir, registry: Registry, groups: Groups | None = None) -> None:
         self.state = state
@@ -174,7 +189,12 @@ class StateKeeper:
         self._edits = registry.edits
         self._peaks = self._peak_sum()
         self._saved_at = time.monotonic()
-        self._failing = False
+        #: A change is not on disk (the last write failed); when to try again without a change.
+        self._unsaved = False
+        self._retry_at = 0.0
+        #: Why the last write failed (status ``faults``); None while saving works.
+        self.fault: str | None = None
+        self._io = ThreadPoolExecutor(1, thread_name_prefix="memagent-state")
 
     def _peak_sum(self) -> int:
         return sum(w.peak for w in self.registry.entries.values())
@@ -182,27 +202,57 @@ class StateKeeper:
     def due(self, now: float) -> bool:
         if self.registry.edits != self._edits:
             return True
+        if self._unsaved:
+            return now >= self._retry_at
         return now - self._saved_at >= PEAK_SAVE_EVERY and self._peak_sum() != self._peaks
 
-    def save(self) -> None:
-        """Save now; a failure is one warning line (and one line when it works again): the
-        daemon goes on watching without it."""
+    def _take(self) -> Callable[[], None]:
+        """What to save, taken now (on the loop), as the write to run in the thread."""
         self._edits, self._peaks, self._saved_at = self.registry.edits, self._peak_sum(), time.monotonic()
-        try:
-            self.state.save([Saved.of(w) for w in self.registry.entries.values()],
-                            self.groups.rules if self.groups else [])
-        except OSError as exc:
-            if not self._failing:
-                log.warning("cannot save the state in %s: %s; retrying on the next change", self.state.path,
-                            exc.strerror or exc)
-            self._failing = True
+        saved = [Saved.of(w) for w in self.registry.entries.values()]
+        rules = self.groups.rules if self.groups is not None else []
+        return lambda: self.state.save(saved, rules)
+
+    def _done(self, error: OSError | None) -> None:
+        """Note how a write ended: a failure keeps the state unsaved (module doc)."""
+        if error is None:
+            if self._unsaved:
+                log.info("state saved in %s again", self.state.path)
+            self._unsaved, self.fault = False, None
             return
-        if self._failing:
-            log.info("state saved in %s again", self.state.path)
-        self._failing = False
+        why = error.strerror or str(error)
+        if not self._unsaved:
+            log.warning("cannot save the state in %s: %s; retrying on the next change and every %.0f s",
+                        self.state.path, why, RETRY_EVERY)
+        self._unsaved, self._retry_at = True, time.monotonic() + RETRY_EVERY
+        if self.fault is None:  # since the first failure, not the latest
+            self.fault = f"state changes not saved since {time.strftime('%H:%M:%S')}: {why}; retrying"
+
+    async def save_now(self) -> None:
+        """Save what there is now, in the keeper's thread (after a write in flight)."""
+        write = self._take()
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._io, write)
+        except OSError as exc:
+            self._done(exc)
+        else:
+            self._done(None)
+
+    def save(self) -> None:
+        """Save now and wait for it (at shutdown, and in tests): a write in flight first."""
+        write = self._take()
+        try:
+            self._io.submit(write).result()
+        except OSError as exc:
+            self._done(exc)
+        else:
+            self._done(None)
+
+    def close(self) -> None:
+        self._io.shutdown(wait=True)
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(SAVE_EVERY)
             if self.due(time.monotonic()):
-                self.save()
+                await self.save_now()
