@@ -63,9 +63,9 @@ log = logging.getLogger(__name__)
 RECHECK_SCANS = 3
 OWN_TOOLS = frozenset({"memagent", "memtop"})
 #: Seconds of one scan spent matching command lines, at most: checked before each PID,
-#: whose patterns together cost at most ~20 ms (config.auto.MAX_PROGRAM_TOTAL, RE2's
+#: whose patterns together cost at most ~25 ms (config.auto.MAX_PROGRAM_TOTAL, RE2's
 #: linear time); real patterns take microseconds. The PIDs left wait for the next scan.
-CMDLINE_BUDGET_S = 0.01
+CMDLINE_BUDGET_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,8 @@ class Scanner:
         self._warned: set[str] = set()
         self._seen: set[int] = set()
         self._recheck: dict[int, int] = {}
+        #: PIDs not looked at yet, left by a scan over its budget: before the rechecks next.
+        self._deferred: set[int] = set()
         self._own_pid = os.getpid()
         self.trusted_uids = frozenset({0, os.getuid()}) | trusted_uids
         #: The labels this scanner (or the one it replaced) gave, by entry: to judge again.
@@ -278,12 +280,14 @@ class Scanner:
         new = (current - self._seen) | (self._recheck.keys() & current)
         self._seen = current
         attached = 0
-        budget = time.perf_counter() + CMDLINE_BUDGET_S
+        spent = 0.0  # seconds of command-line matching in this scan (reads and matches)
         for k in [k for k in self._pending if k not in self.registry.entries]:
             del self._pending[k]
         for k in [k for k in self.given if k not in self.registry.entries]:
             del self.given[k]
-        for pid in sorted(new):
+        # PIDs never looked at first (new, or left by the budget), then the rechecks: a
+        # crowd of unmatched PIDs looked at again cannot hold back a new one for long.
+        for pid in sorted(new, key=lambda p: (p in self._recheck and p not in self._deferred, p)):
             if self.registry.find_alive(pid) is not None:
                 self._recheck.pop(pid, None)
                 continue
@@ -293,10 +297,14 @@ class Scanner:
                 self._recheck.pop(pid, None)
                 continue
             parent = followers.get(stat.ppid)
-            if parent is None and self.cmdline and time.perf_counter() > budget:
+            if parent is None and self.cmdline and spent > CMDLINE_BUDGET_S:
                 self._recheck.setdefault(pid, RECHECK_SCANS + 1)  # matched at the next scan
+                self._deferred.add(pid)
                 continue
+            self._deferred.discard(pid)
+            started = time.perf_counter()
             auto = None if parent is not None or not self.active else self.match(pid, stat.comm)
+            spent += time.perf_counter() - started
             rule = self.groups.rule_for(pid) if parent is None and auto is None and pid != self._own_pid else None
             if parent is None and auto is None and rule is None:
                 left = self._recheck.get(pid, RECHECK_SCANS + 1) - 1
@@ -321,4 +329,5 @@ class Scanner:
         for pid in list(self._recheck):
             if pid not in current:
                 del self._recheck[pid]
+        self._deferred &= self._recheck.keys()
         return attached
