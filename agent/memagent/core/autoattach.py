@@ -20,7 +20,7 @@ has labelled it since) before it is announced again. A rendered label that break
 label rule gives the process's ``comm`` instead, logged once per template.
 
 Trust (docs/security.md §8): a label the scanner gives counts in the operator's budgets
-(and what else trusts labels: alerts, hooks, ``memagent_label_rss_peak_bytes``, ``admit``)
+(and their alerts, hooks and ``memagent_label_rss_peak_bytes``)
 only when the process's real UID is root's, the daemon's own or one of
 ``auto_trusted_users``, or when the label is made of :data:`~memagent.config.auto.ROOT_FACTS`
 alone (``{container}``, ``{unit}``) and the process's cgroup is outside every user's
