@@ -22,6 +22,7 @@ from memproto.vocabulary import AlertState, Severity
 from .alerting.engine import AlertEngine
 from .alerting.hooks import HookRunner
 from .config import AgentConfig, AlertConfig, copy_live, split_changes
+from .config.auto import resolve_users
 from .core.autoattach import Scanner
 from .core.containers import ContainerNames, apply_names
 from .core.gpu import GpuSampler
@@ -81,7 +82,7 @@ class Agent:
         )
         self.groups = Groups(self.registry, config.max_rules_per_uid, config.max_rules)
         self.scanner = Scanner(self.registry, config.auto, label=config.auto_label, groups=self.groups,
-                               cmdline=config.auto_cmdline)
+                               cmdline=config.auto_cmdline, trusted_uids=resolve_users(config.auto_trusted_users))
         self.ticker = Ticker(config.interval, self.on_tick)
         self._scan_every = max(1, round(config.scan_interval / config.interval))
         self.stacks = StackCollector(config.stacks, on_state=self._stack_state, on_peak_stack=self._peak_stack)
@@ -268,6 +269,7 @@ class Agent:
         if not applied:
             return applied, kept
         policy = AccessPolicy(resolve_group(new.admin_group, "admin_group"), self.procfs)
+        trusted_uids = resolve_users(new.auto_trusted_users)
         hooks = None
         if _hook_settings(new.alerts) != _hook_settings(self.config.alerts):
             a = new.alerts
@@ -277,8 +279,11 @@ class Agent:
         copy_live(c, new)  # the top-level keys, in place: the status report holds this object
         self.sampler.status_every = self.gpu.exact_every = max(1, round(c.status_refresh / c.interval))
         if {"auto", "auto_cmdline", "auto_label"} & set(applied):  # a new scanner looks at every process again
-            self.scanner = self.process_events.scanner = Scanner(self.registry, c.auto, label=c.auto_label,
-                                                                 groups=self.groups, cmdline=c.auto_cmdline)
+            self.scanner = self.process_events.scanner = Scanner(
+                self.registry, c.auto, label=c.auto_label, groups=self.groups, cmdline=c.auto_cmdline,
+                trusted_uids=trusted_uids, given=self.scanner.given)
+        elif "auto_trusted_users" in applied:
+            self.scanner.retrust(trusted_uids)
         self.groups.max_per_uid, self.groups.max_rules = c.max_rules_per_uid, c.max_rules  # kept ones stay
         self.stacks.apply(new.stacks)
         self.alerts.apply(new.headroom, new.alerts)

@@ -5,13 +5,15 @@ patterns name, a real daemon that auto-attaches them under labels rendered from 
 from __future__ import annotations
 
 import json
+import pwd
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Daemon, memagent_cli, poll
+from conftest import Daemon, free_port, memagent_cli, poll, scrape
 
 from memagent.config.auto import MAX_CMDLINE
 
@@ -24,8 +26,8 @@ def spawn() -> Iterator[Spawn]:
     """Start a process (killed at the end)."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def run(*argv: str, cwd: Path | None = None) -> subprocess.Popen[bytes]:
-        p = subprocess.Popen(argv, cwd=cwd)
+    def run(*argv: str, cwd: Path | None = None, user: int | None = None) -> subprocess.Popen[bytes]:
+        p = subprocess.Popen(argv, cwd=cwd, user=user)
         procs.append(p)
         return p
 
@@ -126,8 +128,9 @@ def test_a_long_command_line_is_matched_on_its_first_kib(
 @pytest.mark.parametrize(("args", "says"), [
     (["--auto-cmdline", "re:serve_(\\w+"],
      "argument --auto-cmdline: 're:serve_(\\\\w+': not a valid regular expression"),
-    (["--auto-cmdline", "re:(a+)+x"], "a repeat inside a repeat"),
-    (["--auto-cmdline", "re:\\w+\\w+\\w+\\.py"], "too slow"),
+    (["--auto-cmdline", "re:(\\w+)\\.py \\1"], "invalid escape sequence: \\1 (RE2 syntax: no backreferences"),
+    (["--auto-cmdline", "re:(?=serve)"], "invalid perl operator: (?="),
+    (["--auto-cmdline", "re:([ab]*)a([ab]{390})"], "too large: 400 RE2 instructions (at most 300"),
     (["--auto-cmdline", "re:" + "a" * 600], "at most 512 characters"),
     (["--label", "{model"], "argument --auto-label/--label: '{model': not a label template"),
     (["--auto-label", "{comm!r}"], "a placeholder takes no conversion or format"),
@@ -143,7 +146,8 @@ def test_bad_patterns_and_templates_are_refused_in_one_line(tmp_path: Path, args
 
 @pytest.mark.parametrize(("text", "says"), [
     ('auto_cmdline = ["re:serve_(\\\\w+"]', ":1: auto_cmdline: 're:serve_(\\\\w+': not a valid regular expression"),
-    ('auto_cmdline = ["re:(.*)*"]', ":1: auto_cmdline: 're:(.*)*': a repeat inside a repeat"),
+    ('auto_cmdline = ["re:(?<!x)y"]', ":1: auto_cmdline: 're:(?<!x)y': not a valid regular expression"),
+    ('auto_trusted_users = ["no-such-user-here"]', ":1: auto_trusted_users: no such user: 'no-such-user-here'"),
     ('auto_cmdline = "re:(x)"\nauto_label = "{2}"', ":2: auto_label: {2} is not a placeholder"),
     ('auto_label = "{container"', ":1: auto_label: '{container': not a label template"),
     ("auto_cmdline = [1]", ":1: auto_cmdline: expected a string"),
@@ -161,3 +165,125 @@ def test_check_config_takes_a_template_whose_groups_come_from_the_flags(tmp_path
     assert memagent_cli("check-config", str(cfg)).returncode == 0
     cfg.write_text('auto_label = "{model}"\n')  # the patterns may come from --auto-cmdline
     assert memagent_cli("check-config", str(cfg)).returncode == 0
+
+
+# --------------------------------------------------------------------------- security.md §8, §9
+
+#: Holds 150 MiB (written: resident) and sleeps; run with ``--model NAME`` after it.
+HOLD = "import time\nx = b'x' * (150 << 20)\ntime.sleep(300)\n"
+SYSTEM_PYTHON = "/usr/bin/python3"  # the second user cannot run this venv's (under /root, mode 700)
+
+
+def status(d: Daemon) -> dict[str, object]:
+    r = memagent_cli("--socket", d.socket, "status", "--json")
+    assert r.returncode in (0, 4, 5), r.stderr  # 4/5: an alert fires
+    return dict(json.loads(r.stdout))
+
+
+def budget_alerts(d: Daemon) -> list[dict[str, object]]:
+    return [a for a in status(d)["alerts_active"] if a["kind"] == "budget"]  # type: ignore[attr-defined]
+
+
+def ticks(d: Daemon) -> int:
+    return int(status(d)["tick"]["ticks"])  # type: ignore[index]
+
+
+def test_a_users_command_line_does_not_enter_the_operators_budget(
+    start_daemon: Callable[..., Daemon], spawn: Spawn, tmp_path: Path, test_user: pwd.struct_passwd
+) -> None:
+    """The issue's reproduction (security.md §8): ``re:--model[= ](\\S+)`` and ``{1}``, a
+    budget of 100 MiB for ``prod-llm``; the second user runs a process of 150 MiB with
+    ``--model prod-llm``: labelled so (shown), but no budget alert, no hook, no label peak.
+    The same process run as root, same daemon: the alert fires and the hook runs (the
+    budget works; the rule is the UID)."""
+    hook_out = tmp_path / "hook.jsonl"
+    hook = tmp_path / "hook.py"
+    hook.write_text(f"import sys\nopen({str(hook_out)!r}, 'a').write(sys.stdin.read() + '\\n')\n")
+    cfg = tmp_path / "memagent.toml"
+    cfg.write_text('auto_cmdline = ["re:--model[= ](\\\\S+)"]\nauto_label = "{1}"\n[budgets]\nprod-llm = "100MiB"\n'
+                   f'[alerts]\nhook = {json.dumps([sys.executable, str(hook)])}\nhook_user = "root"\n'
+                   'hook_min_interval = 0\n')
+    port = free_port()
+    d = daemon(start_daemon, "--config", str(cfg), "--metrics", f"127.0.0.1:{port}")
+    theirs = spawn(SYSTEM_PYTHON, "-c", HOLD, "--model", "prod-llm", user=test_user.pw_uid)
+    got = poll("the user's process attached at its full size",
+               lambda: (p := ls(d).get(theirs.pid)) and int(p["rss_peak_bytes"]) > 140 << 20 and p)  # type: ignore[call-overload]
+    assert got["label"] == "prod-llm" and got["uid"] == test_user.pw_uid  # shown as it is labelled
+    start = ticks(d)
+    poll("5 s of ticks with it", lambda: ticks(d) >= start + 50)
+    assert budget_alerts(d) == [] and not hook_out.exists()
+    _, _, body = scrape(port)
+    assert 'memagent_label_rss_peak_bytes{label="prod-llm"} 0' in body.replace(".0\n", "\n"), body[:2000]
+    theirs.kill()
+    ours = spawn(SYSTEM_PYTHON, "-c", HOLD, "--model", "prod-llm")
+    poll("root's process attached", lambda: ours.pid in ls(d))
+    fired = poll("root's process in the budget: an alert", lambda: budget_alerts(d))
+    assert fired[0]["resource"] == "prod-llm"
+    assert {c["pid"] for c in fired[0]["contributors"]} == {ours.pid}  # type: ignore[attr-defined]
+    poll("the hook ran", lambda: hook_out.exists() and "prod-llm" in hook_out.read_text())
+
+
+def test_auto_trusted_users_lets_a_named_user_in_and_sighup_judges_again(
+    start_daemon: Callable[..., Daemon], spawn: Spawn, tmp_path: Path, test_user: pwd.struct_passwd
+) -> None:
+    """A user the operator names in ``auto_trusted_users`` is trusted as root is; a
+    SIGHUP that removes it takes its process out of the budget again."""
+    cfg = tmp_path / "memagent.toml"
+    base = 'auto_cmdline = ["re:--model[= ](\\\\S+)"]\nauto_label = "{1}"\n'
+    budgets = '[budgets]\nprod-llm = "100MiB"\n'
+    cfg.write_text(base + f'auto_trusted_users = ["{test_user.pw_name}"]\n' + budgets)
+    d = daemon(start_daemon, "--config", str(cfg))
+    theirs = spawn(SYSTEM_PYTHON, "-c", HOLD, "--model", "prod-llm", user=test_user.pw_uid)
+    fired = poll("a named user's process in the budget", lambda: budget_alerts(d))
+    assert {c["pid"] for c in fired[0]["contributors"]} == {theirs.pid}  # type: ignore[attr-defined]
+    cfg.write_text(base + budgets)
+    d.proc.send_signal(1)
+    poll("the alert resolved once the user is no longer named", lambda: budget_alerts(d) == [])
+    assert ls(d)[theirs.pid]["label"] == "prod-llm"
+
+
+#: The issue's pattern (security.md §9): Python's ``re`` backtracks exponentially on a
+#: line of ``1,`` repeated with no space after it.
+GPUS = r"re:--gpus[= ]((?:\d|,|\d,)*) "
+
+
+def test_a_crafted_command_line_stalls_no_tick(
+    start_daemon: Callable[..., Daemon], spawn: Spawn, test_user: pwd.struct_passwd
+) -> None:
+    """The second user's 68-character ``--gpus 1,1,…,1,X``: under Python's ``re`` one match
+    took minutes of the loop. Under RE2 no tick takes more than 50 ms, by the daemon's own
+    histogram of tick durations, counted from after the first scans (which read every PID
+    of the box); a process started after it is still attached."""
+    line = "1," * 30 + "X"
+    assert len("--gpus " + line) == 68
+    port = free_port()
+    d = daemon(start_daemon, "--auto-cmdline", GPUS, "--metrics", f"127.0.0.1:{port}")
+    poll("the first scans done (every PID on the box, before the attack)", lambda: ticks(d) >= 15)
+    before = tick_buckets(port)
+    crafted = spawn(SYSTEM_PYTHON, "-c", SLEEPER, "--gpus", line, user=test_user.pw_uid)
+    time.sleep(0.2)  # started before the marker: scanned first
+    marker = spawn(SYSTEM_PYTHON, "-c", SLEEPER, "--gpus", "0", "--port", user=test_user.pw_uid)
+    assert poll("the marker attached", lambda: (w := ls(d)).get(marker.pid) and w)[marker.pid]["label"] == "0"
+    start = ticks(d)
+    poll("3 s more of ticks (3 scans)", lambda: ticks(d) >= start + 30)
+    assert crafted.poll() is None and crafted.pid not in ls(d)
+    after = tick_buckets(port)
+    slow = (after["+Inf"] - after["0.05"]) - (before["+Inf"] - before["0.05"])
+    assert after["+Inf"] - before["+Inf"] > 30 and slow == 0, (before, after)
+
+
+def tick_buckets(port: int) -> dict[str, float]:
+    """``memagent_tick_duration_seconds``'s cumulative buckets, by bound."""
+    _, _, body = scrape(port)
+    return {line.split('le="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+            for line in body.splitlines() if line.startswith("memagent_tick_duration_seconds_bucket")}
+
+
+def test_check_config_decides_by_structure(tmp_path: Path) -> None:
+    """The issue's pattern is accepted (RE2 matches it in linear time); ``re:(\\w+)\\.py``,
+    refused 1 time in 10 by the old timing probe at load 3, is accepted every time."""
+    cfg = tmp_path / "m.toml"
+    cfg.write_text("auto_cmdline = " + json.dumps([GPUS, r"re:(\w+)\.py"]) + "\n")
+    for _ in range(3):
+        r = memagent_cli("check-config", str(cfg))
+        assert r.returncode == 0, r.stderr

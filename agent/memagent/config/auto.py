@@ -1,6 +1,6 @@
-"""Auto-attach settings: ``auto`` (executable names), ``auto_cmdline`` (command lines)
-and ``auto_label`` (a label template), their checks, and the compiled forms the scanner
-(:mod:`memagent.core.autoattach`) matches and renders with.
+"""Auto-attach settings: ``auto`` (executable names), ``auto_cmdline`` (command lines),
+``auto_label`` (a label template) and ``auto_trusted_users``, their checks, and the
+compiled forms the scanner (:mod:`memagent.core.autoattach`) matches and renders with.
 
 What a user writes is checked once, here, by the flag's type and the file's key alike: a
 pattern or template that passes cannot fail or stall the daemon later. The keys
@@ -8,54 +8,80 @@ themselves are declared with the others in :mod:`memagent.config.sections`.
 
 * A command-line pattern is matched against the process's argv joined by spaces, as
   ``ps`` shows it, cut to :data:`MAX_CMDLINE` characters. A plain pattern is a glob
-  (``fnmatch``) over that whole line: ``*serve.py*`` is "contains". A glob with no ``*``
-  at either end is tried against the line and against each suffix of it starting at an
-  argument (``serve.py*`` matches ``python3 serve.py --port 1``), so a glob names the
-  arguments from one of them on. ``re:REGEX`` is a Python regular expression, searched
-  (unanchored, as process-exporter's ``cmdline`` regexes); its groups feed the label.
-* Python's regular expressions backtrack: a regex with a repeat inside a repeat
-  (``(a+)+``) can take exponential time, and one that takes more than
-  :data:`SLOW_S` on a probe of long command lines is refused too (see :func:`_too_slow`).
+  (``fnmatch``'s syntax) over that whole line: ``*serve.py*`` is "contains". A glob with
+  no ``*`` in front is tried against the line and against each suffix of it starting at
+  an argument (``serve.py*`` matches ``python3 serve.py --port 1``), so a glob names the
+  arguments from one of them on. ``re:REGEX`` is a regular expression in RE2's syntax,
+  searched (unanchored, as process-exporter's ``cmdline`` regexes); its groups feed the
+  label.
+* Both are matched by RE2 (Google's linear-time engine, the ``google-re2`` binding):
+  the time of a match grows with the line's length times the pattern's compiled size,
+  never exponentially, whatever the line. What RE2 cannot do in linear time
+  (backreferences, lookaround) is refused when the pattern is read, with RE2's own
+  reason; so is a pattern whose compiled program has more than :data:`MAX_PROGRAM`
+  instructions (a bound of the time one match may take: ~10 ms on 1 KiB at the bound).
+  No timing probe: the decision is the pattern's structure, the same on a busy box.
 * A label template holds text and ``{placeholder}``\\ s (``{{`` and ``}}`` are braces):
   :data:`BUILTINS`, a regex group's number or name, or alternatives ``{container|unit}``
   (the first with a value). A placeholder with no value gives the process's ``comm``.
+  Which rendered labels are trusted (counted in budgets) is :mod:`memagent.core.autoattach`'s
+  rule: see :data:`ROOT_FACTS`.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import functools
+import pwd
 import re
 import string
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
-
-try:  # Python 3.11 on
-    from re import _parser as sre_parse  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_parse  # type: ignore[no-redef]
 
 from memproto.text import label_problem
 
 from ..errors import ConfigError
 
-#: The command line is matched up to this many characters: a backtracking regex costs up
-#: to the square of the length or more (see :func:`_too_slow`); 1 KiB holds the program,
-#: the script and the options that name a model on every line we know of.
+#: The command line is matched up to this many characters: 1 KiB holds the program, the
+#: script and the options that name a model on every line we know of.
 MAX_CMDLINE = 1024
 #: A pattern or template is at most this long.
 MAX_PATTERN = 512
-#: A regex slower than this on a probe command line of :data:`MAX_CMDLINE` is refused.
-SLOW_S = 0.02
+#: A pattern's RE2 program has at most this many instructions: RE2's slowest path (its
+#: NFA, when a pattern's DFA would need too many states) costs the line's length times
+#: this, ~10 ms on a 1 KiB line; real patterns have 10 - 60 (``--model[= ](\\S+)``: 26).
+MAX_PROGRAM = 300
+#: All ``auto_cmdline`` patterns together: what one process's line may cost at most.
+MAX_PROGRAM_TOTAL = 600
 #: Placeholders every process has (``exe``, ``container`` and ``unit`` may have no value).
 BUILTINS = ("comm", "exe", "container", "unit", "pid")
+#: Placeholders whose value only root chooses, when the process's cgroup is outside every
+#: user's systemd manager: the container's name or ID (a rootful engine's, Kubernetes')
+#: and the systemd unit. Every other value (``comm``, ``exe``, ``pid``, a regex group) is
+#: the user's to choose, and so is the match itself.
+ROOT_FACTS = frozenset({"container", "unit"})
 _NAME = re.compile(r"[0-9]+|[A-Za-z_][A-Za-z0-9_]*")
-
+#: An ID that names no user (the kernel's (uid_t)-1 is "none").
+MAX_UID = 2**32 - 2
 
 
 # ----------------------------------------------------------------------------- patterns
+
+
+@functools.cache
+def _re2() -> ModuleType:
+    """The RE2 binding, imported when a pattern is first compiled (~20 ms, ~3.5 MiB):
+    a daemon or a command without ``auto_cmdline`` never loads it."""
+    import re2  # type: ignore[import-not-found, unused-ignore]
+
+    return re2  # type: ignore[no-any-return, unused-ignore]
+
+
+def _options() -> Any:
+    options = _re2().Options()
+    options.log_errors = False  # RE2 would print its refusals on stderr: ours is one line
+    return options
 
 
 @dataclass(frozen=True)
@@ -63,21 +89,19 @@ class CmdlinePattern:
     """One compiled ``auto_cmdline`` pattern."""
 
     text: str
-    regex: re.Pattern[str]
-    #: A glob tried at each argument too (no ``*`` in front).
-    per_argument: bool = False
+    #: A compiled RE2 pattern (``re2._Regexp``, with ``search``, ``groups``, ``groupindex``).
+    regex: Any
+    #: A glob: its match is its group 1 (the suffix from the argument it starts at).
+    glob: bool = False
 
     def search(self, cmdline: str) -> dict[str, str] | None:
         """The groups (by number, ``"0"`` the whole match, and by name) where it matches
         ``cmdline`` (cut to :data:`MAX_CMDLINE`); None where it does not."""
-        line = cmdline[:MAX_CMDLINE]
-        if self.per_argument:
-            starts = [0] + [i + 1 for i, c in enumerate(line) if c == " "]
-            m = next((m for i in starts if (m := self.regex.match(line, i)) is not None), None)
-        else:
-            m = self.regex.search(line)
+        m = self.regex.search(cmdline[:MAX_CMDLINE])
         if m is None:
             return None
+        if self.glob:
+            return {"0": m.group(1)}
         groups = {str(i): g for i, g in enumerate((m.group(0), *m.groups())) if g is not None}
         groups.update({k: v for k, v in m.groupdict().items() if v is not None})
         return groups
@@ -85,6 +109,43 @@ class CmdlinePattern:
     @property
     def group_names(self) -> set[str]:
         return {str(i) for i in range(self.regex.groups + 1)} | set(self.regex.groupindex)
+
+    @property
+    def size(self) -> int:
+        """Instructions of its RE2 program: what a match costs per character at worst."""
+        return int(self.regex.programsize)
+
+
+def glob_regex(glob: str) -> str:
+    """``glob`` (``*``, ``?``, ``[seq]``, ``[!seq]``, as fnmatch reads them) in RE2's
+    syntax, as group 1; anchored at both ends, from the start or (no ``*`` in front) from
+    an argument's start."""
+    out: list[str] = []
+    i, n = 0, len(glob)
+    while i < n:
+        c = glob[i]
+        i += 1
+        if c == "*":
+            if not out or out[-1] != ".*":
+                out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[":
+            j = i + (i < n and glob[i] == "!")
+            j += j < n and glob[j] == "]"
+            j = glob.find("]", j)
+            if j < 0:
+                out.append(r"\[")
+                continue
+            body, i = glob[i:j], j + 1
+            negate = body.startswith("!")
+            body = body[1:] if negate else body
+            escaped = body.replace("\\", r"\\").replace("[", r"\[").replace("^", r"\^").replace("]", r"\]")
+            out.append(f"[{'^' if negate else ''}{escaped}]")
+        else:
+            out.append(re.escape(c))
+    start = "^" if glob.startswith("*") else "^(?:.* )?"
+    return f"(?s){start}({''.join(out)})\\z"
 
 
 @functools.lru_cache(maxsize=64)
@@ -95,82 +156,31 @@ def compile_cmdline(text: str) -> CmdlinePattern:
         raise ValueError("an empty pattern")
     if len(text) > MAX_PATTERN:
         raise ValueError(f"a pattern has at most {MAX_PATTERN} characters (this one has {len(text)})")
-    if not text.startswith("re:"):
-        glob = fnmatch.translate(text)  # (?s:...)\Z; its stars do not backtrack into each other
-        return _fast(CmdlinePattern(text, re.compile(glob), per_argument=not text.startswith("*")))
-    source = text[3:]
+    glob = not text.startswith("re:")
+    re2 = _re2()
     try:
-        regex = re.compile(source)
-    except (re.error, RecursionError, OverflowError) as exc:
-        if isinstance(exc, re.error):
-            where = "" if exc.pos is None else f" at position {exc.pos + 3}"
-            raise ValueError(f"not a valid regular expression: {exc.msg}{where}") from None
-        raise ValueError(f"not a valid regular expression: {type(exc).__name__}") from None
+        regex = re2.compile(glob_regex(text) if glob else text[3:], _options())
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        what = "not a valid glob" if glob else "not a valid regular expression"
+        hint = "" if glob else " (RE2 syntax: no backreferences, no lookaround)"
+        raise ValueError(f"{what}: {reason}{hint}") from None
+    pattern = CmdlinePattern(text, regex, glob=glob)
     clash = sorted(set(regex.groupindex) & set(BUILTINS))
-    if clash:
+    if clash and not glob:
         raise ValueError(f"a group may not be named {clash[0]!r} (a placeholder of every process)")
-    if _nested_repeat(sre_parse.parse(source)):
-        raise ValueError("a repeat inside a repeat (like (a+)+) can take exponential time: write it without")
-    return _fast(CmdlinePattern(text, regex))
-
-
-def _fast(pattern: CmdlinePattern) -> CmdlinePattern:
-    slow = _too_slow(pattern)
-    if slow is not None:
-        raise ValueError(f"too slow: {slow * 1000:.0f} ms on a long command line (at most {SLOW_S * 1000:.0f}); "
-                         "start it with a literal or anchor it, e.g. 'serve_(\\w+)\\.py' or '/(\\w+)\\.py'")
+    if pattern.size > MAX_PROGRAM:
+        raise ValueError(f"too large: {pattern.size} RE2 instructions (at most {MAX_PROGRAM}, the bound of the "
+                         "time one match takes); use smaller counted repeats {n} or fewer alternatives")
     return pattern
 
 
-def _nested_repeat(parsed: Any, inside: bool = False) -> bool:
-    """Whether an unbounded repeat sits inside another repeat (sre_parse's tree)."""
-    for op, arg in parsed:
-        name = str(op)
-        if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
-            _, hi, body = arg
-            unbounded = hi == sre_parse.MAXREPEAT or hi > 100
-            if unbounded and inside:
-                return True
-            if _nested_repeat(body, inside or (unbounded or hi > 1)):
-                return True
-        elif name in ("SUBPATTERN", "ATOMIC_GROUP"):
-            if _nested_repeat(arg[-1], inside):
-                return True
-        elif name == "BRANCH":
-            if any(_nested_repeat(b, inside) for b in arg[1]):
-                return True
-        elif name in ("ASSERT", "ASSERT_NOT"):
-            if _nested_repeat(arg[1], inside):
-                return True
-        elif name == "GROUPREF_EXISTS":
-            if any(b is not None and _nested_repeat(b, inside) for b in arg[1:]):
-                return True
-    return False
-
-
-def _too_slow(pattern: CmdlinePattern) -> float | None:
-    """Seconds of the slowest search of probe lines (each character of the pattern, and
-    word characters, spaces, slashes..., repeated or between x's) growing to
-    :data:`MAX_CMDLINE`, when one takes over :data:`SLOW_S`; else None. A search retried
-    at every position of a line costs the square of its length where a repeat comes first
-    (``(\\w+)\\.py``), more with more repeats. From 256 characters on, only the 4 slowest
-    probes grow further: the check costs ~0.1 s at most, and stops at the first slow one."""
-    chars = sorted({c for c in pattern.text if c.isprintable()} | set("x_1 /.-="))[:64]
-    probes = [(c, alternate) for c in chars for alternate in (False, True)]
-    length = 32
-    while length <= MAX_CMDLINE:
-        took: list[tuple[float, tuple[str, bool]]] = []
-        for c, alternate in probes:
-            line = ("x" + c) * (length // 2) if alternate else c * length
-            start = time.perf_counter()
-            pattern.search(line)
-            took.append((time.perf_counter() - start, (c, alternate)))
-            if took[-1][0] > SLOW_S:
-                return took[-1][0]
-        if length >= 256:
-            probes = [probe for _, probe in sorted(took, reverse=True)[:4]]
-        length *= 2
-    return None
+def check_total(patterns: Iterable[CmdlinePattern]) -> None:
+    """ValueError when the patterns together exceed :data:`MAX_PROGRAM_TOTAL`."""
+    total = sum(p.size for p in patterns)
+    if total > MAX_PROGRAM_TOTAL:
+        raise ValueError(f"the patterns together have {total} RE2 instructions (at most {MAX_PROGRAM_TOTAL}: "
+                         "the bound of the time one process's command line takes)")
 
 
 # ----------------------------------------------------------------------------- templates
@@ -196,6 +206,14 @@ class Template:
             else:
                 out.append(next((v for n in part if (v := values.get(n)) not in (None, "")), None) or comm)
         return "".join(out)
+
+    def made_of(self, values: Mapping[str, str | None], names: frozenset[str]) -> bool:
+        """Whether what :meth:`render` gives is made of ``names``' values only: there is a
+        placeholder, and each one's value (its first alternative with a value) is one of
+        ``names``. Fixed text alone is not: the match that chose it is the user's doing."""
+        chosen = [next((n for n in part if values.get(n) not in (None, "")), None)
+                  for part in self.parts if isinstance(part, tuple)]
+        return bool(chosen) and all(n is not None and n in names for n in chosen)
 
 
 def parse_template(text: str) -> Template:
@@ -264,7 +282,38 @@ def check_cmdline_patterns(v: object, key: str) -> list[str]:
     items = [v] if isinstance(v, str) else v
     if not isinstance(items, list):
         raise ConfigError(key, "expected a list of strings")
-    return [check_cmdline_pattern(x, key) for x in items]
+    checked = [check_cmdline_pattern(x, key) for x in items]
+    try:
+        check_total(compile_cmdline(x) for x in checked)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+    return checked
+
+
+def check_users(v: object, key: str) -> list[str]:
+    """string list: users that exist, or numeric UIDs"""
+    items = [v] if isinstance(v, str) else v
+    if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+        raise ConfigError(key, "expected a list of strings (user names or UIDs)")
+    resolve_users(items, key)
+    return list(items)
+
+
+def resolve_users(names: Iterable[str], key: str = "auto_trusted_users") -> frozenset[int]:
+    """The UIDs of ``names`` (user names, looked up now, or numeric UIDs); ConfigError
+    naming ``key`` for one that is neither."""
+    uids = set()
+    for name in names:
+        if name.isascii() and name.isdigit():  # not "²": str.isdigit() says yes, int() no
+            if int(name) > MAX_UID:
+                raise ConfigError(key, f"not a UID: {name} (at most {MAX_UID})")
+            uids.add(int(name))
+            continue
+        try:
+            uids.add(pwd.getpwnam(name).pw_uid)
+        except (KeyError, ValueError):
+            raise ConfigError(key, f"no such user: {name!r}") from None
+    return frozenset(uids)
 
 
 def check_template(v: object, key: str) -> str:

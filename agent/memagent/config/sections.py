@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .auto import check_cmdline_patterns, check_names_list, check_template
+from .auto import check_cmdline_patterns, check_names_list, check_template, check_users
 from .checks import (
     RESERVED_FOR_ADMINS,
     Choice,
@@ -247,6 +247,11 @@ class AgentConfig:
         flag=flag("--auto-label", "--label", metavar="TEMPLATE",
                   help="label of auto-attached processes: text and {comm} {exe} {container} {unit} {pid} "
                        "{1} {NAME} (regex groups), e.g. '{container}'"))
+    #: Users (names or UIDs) whose auto-attached processes' labels count in budgets, as root's do.
+    auto_trusted_users: list[str] = key(
+        "auto_trusted_users", check_users, [], reload=LIVE, shown_default="none: root and the daemon's own user",
+        doc="Users whose auto-attached processes' labels are trusted (budgets, alerts), as root's are "
+            "(security.md §8).")
     #: Members of this group see and change every watched process, as root does.
     admin_group: str | None = key("admin_group", group, None, reload=LIVE, shown_default="none",
                                   doc="Members see and change every watched process, as root does (security.md).",

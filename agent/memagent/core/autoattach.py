@@ -19,6 +19,17 @@ it arrives the process is labelled again (:meth:`Scanner.relabel`, once, unless 
 has labelled it since) before it is announced again. A rendered label that breaks the
 label rule gives the process's ``comm`` instead, logged once per template.
 
+Trust (docs/security.md §8): a label the scanner gives counts in the operator's budgets
+(and their alerts, hooks and ``memagent_label_rss_peak_bytes``)
+only when the process's real UID is root's, the daemon's own or one of
+``auto_trusted_users``, or when the label is made of :data:`~memagent.config.auto.ROOT_FACTS`
+alone (``{container}``, ``{unit}``) and the process's cgroup is outside every user's
+systemd manager. Everything else a user can choose: its command line (which the match and
+the regex groups read), ``comm``, ``exe``, its PID, a rootless container's name. An
+untrusted label is still shown (``ls``, memtop, metrics). A child adopted from a followed
+parent has its parent's trust; a reload that changes ``auto_trusted_users`` judges each
+label the scanner gave again (:meth:`Scanner.retrust`).
+
 Processes that start in a cgroup, unit or container named by ``attach --cgroup/--unit/
 --container`` are attached by the rules of :mod:`memagent.core.groups`, here too.
 
@@ -38,8 +49,9 @@ from dataclasses import dataclass
 
 from memproto.text import label_problem, printable
 
-from ..config.auto import MAX_CMDLINE, compile_cmdline, parse_template
+from ..config.auto import MAX_CMDLINE, ROOT_FACTS, check_total, compile_cmdline, parse_template
 from ..errors import ConfigError, MemagentError
+from ..proc.cgroup_identity import delegated_to
 from ..proc.procfs import ProcFS
 from .groups import Groups
 from .registry import MayWatch, Registry, anyone
@@ -50,8 +62,9 @@ log = logging.getLogger(__name__)
 #: Scans during which an unmatched new PID is looked at again (fork-then-exec).
 RECHECK_SCANS = 3
 OWN_TOOLS = frozenset({"memagent", "memtop"})
-#: Seconds of one scan spent matching command lines, at most (a regex is cheap on a
-#: sane line; the budget bounds a crowd of long ones made to be slow).
+#: Seconds of one scan spent matching command lines, at most: checked before each PID,
+#: whose patterns together cost at most ~25 ms (config.auto.MAX_PROGRAM_TOTAL, RE2's
+#: linear time); real patterns take microseconds. The PIDs left wait for the next scan.
 CMDLINE_BUDGET_S = 0.02
 
 
@@ -64,6 +77,17 @@ class Found:
     exe: str | None
 
 
+@dataclass(frozen=True)
+class Given:
+    """A label the scanner gave, and what its trust is judged from again on a reload."""
+
+    label: str | None
+    #: The real UID of the process it was judged by (for an adopted child: its parent's).
+    uid: int
+    #: The label is made of root's facts alone (ROOT_FACTS, outside a user's manager).
+    rooted: bool
+
+
 class Scanner:
     def __init__(
         self,
@@ -74,9 +98,13 @@ class Scanner:
         label: str | None = None,
         groups: Groups | None = None,
         cmdline: Sequence[str] = (),
+        trusted_uids: frozenset[int] = frozenset(),
+        given: dict[tuple[int, int], Given] | None = None,
     ) -> None:
         """``label``: the ``auto_label`` template; ``cmdline``: ``auto_cmdline`` patterns
-        (both checked by :mod:`memagent.config.auto`: ConfigError if they do not pass)."""
+        (both checked by :mod:`memagent.config.auto`: ConfigError if they do not pass);
+        ``trusted_uids``: ``auto_trusted_users`` resolved; ``given``: the labels a scanner
+        this one replaces gave (judged again with ``trusted_uids``)."""
         self.registry = registry
         self.groups = groups or Groups(registry)
         self.procfs: ProcFS = registry.procfs
@@ -85,6 +113,7 @@ class Scanner:
         self.label = label
         try:
             self.cmdline = [compile_cmdline(p) for p in cmdline]
+            check_total(self.cmdline)
         except ValueError as exc:
             raise ConfigError("auto_cmdline", str(exc)) from None
         try:
@@ -96,7 +125,14 @@ class Scanner:
         self._warned: set[str] = set()
         self._seen: set[int] = set()
         self._recheck: dict[int, int] = {}
+        #: PIDs not looked at yet, left by a scan over its budget: before the rechecks next.
+        self._deferred: set[int] = set()
         self._own_pid = os.getpid()
+        self.trusted_uids = frozenset({0, os.getuid()}) | trusted_uids
+        #: The labels this scanner (or the one it replaced) gave, by entry: to judge again.
+        self.given: dict[tuple[int, int], Given] = dict(given or {})
+        if given:
+            self.retrust(self.trusted_uids)
 
     @property
     def active(self) -> bool:
@@ -125,34 +161,39 @@ class Scanner:
 
     def attach(self, pid: int, comm: str, found: Found) -> Watched:
         """Attach a matched process under its rendered label."""
-        label, values = self._label(pid, comm, found)
+        label, values, rooted = self._label(pid, comm, found)
         w = self.registry.attach(pid, label=label, may_watch=self.may_watch)[0]
+        self._judge(w, Given(label, w.uid, rooted))
         if values is not None:
             self._pending[w.key] = (label, values)
             if w.container is not None and w.container.name is not None and self.relabel(w):
                 self.registry.events.attached(w)  # the name was read in between: announced again
         return w
 
-    def _label(self, pid: int, comm: str, found: Found) -> tuple[str | None, dict[str, str | None] | None]:
-        """The label, and the values it was made of when its ``{container}`` waits for a
-        name (to render it again then)."""
+    def _label(self, pid: int, comm: str, found: Found) -> tuple[str | None, dict[str, str | None] | None, bool]:
+        """The label, the values it was made of when its ``{container}`` waits for a name
+        (to render it again then), and whether it is made of root's facts alone."""
         if self.template is None:  # a regex's first group that took part, else none
             first = next((v for k, v in sorted(found.groups.items()) if k.isdigit() and k != "0" and v), None)
-            return (first if first is not None and label_problem(first) is None else None), None
+            return (first if first is not None and label_problem(first) is None else None), None, False
         values: dict[str, str | None] = {"comm": comm, "exe": found.exe, "pid": str(pid), "container": None,
                                          "unit": None, **found.groups}
         waits = False
+        facts: frozenset[str] = frozenset()
         if self.template.names & {"container", "unit"}:
             try:
-                _, identity, name = self.groups.where(pid)
+                path, identity, name = self.groups.where(pid)
             except MemagentError:
-                identity, name = None, None
+                path, identity, name = None, None, None
             if identity is not None:
+                facts = ROOT_FACTS if path and delegated_to(path) is None and identity.user is None else facts
                 cid = identity.container_id
                 values["unit"] = identity.unit
                 values["container"] = name or (cid[:12] if cid else None)
                 waits = cid is not None and name is None and "container" in self.template.names
-        return self._render(values, comm), (values if waits else None)
+        text = self._render(values, comm)
+        rooted = text == self.template.render(values, comm) and self.template.made_of(values, facts)
+        return text, (values if waits else None), rooted
 
     def _render(self, values: dict[str, str | None], comm: str) -> str | None:
         assert self.template is not None
@@ -182,7 +223,27 @@ class Scanner:
                  printable(label or w.name))
         w.label = label
         self.registry.edits += 1
+        record = self.given.get(w.key)
+        if record is not None:  # the name is root's fact as the ID was, unless it fell back to the comm
+            rooted = record.rooted and label == self.template.render({**values, "container": w.container.name}, w.name)
+            self._judge(w, Given(label, record.uid, rooted))
         return True
+
+    def _judge(self, w: Watched, given: Given) -> None:
+        """Set ``w``'s trust from ``given``, and keep ``given`` to judge it again."""
+        self.given[w.key] = given
+        w.label_trusted = given.uid in self.trusted_uids or given.rooted
+
+    def retrust(self, trusted_uids: frozenset[int]) -> None:
+        """``auto_trusted_users`` changed (SIGHUP): judge each label the scanner gave again,
+        where no client has changed it since; forget the entries that are gone."""
+        self.trusted_uids = frozenset({0, os.getuid()}) | trusted_uids
+        for key, given in list(self.given.items()):
+            w = self.registry.entries.get(key)
+            if w is None:
+                del self.given[key]
+            elif w.label == given.label:
+                w.label_trusted = given.uid in self.trusted_uids or given.rooted
 
     def adopt(self, pid: int, parent: Watched, *, descendants: bool = True) -> list[Watched]:
         """Attach ``pid``, a child of ``parent`` (whose children are followed): with its
@@ -190,8 +251,11 @@ class Scanner:
         with ``descendants``, the children it has already. MemagentError if it cannot be."""
         may_watch = parent.follow_may_watch or self.may_watch
         watched = self.registry.attach(pid, label=parent.label, children=descendants, may_watch=may_watch)
+        given = self.given.get(parent.key)
         for w in watched:
             w.label_trusted = parent.label_trusted
+            if given is not None and w.label == given.label:
+                self.given[w.key] = given  # judged with its parent on a reload
             if not w.follow_children:
                 w.follow_children = True
                 w.follow_may_watch = may_watch
@@ -216,10 +280,14 @@ class Scanner:
         new = (current - self._seen) | (self._recheck.keys() & current)
         self._seen = current
         attached = 0
-        budget = time.perf_counter() + CMDLINE_BUDGET_S
+        spent = 0.0  # seconds of command-line matching in this scan (reads and matches)
         for k in [k for k in self._pending if k not in self.registry.entries]:
             del self._pending[k]
-        for pid in sorted(new):
+        for k in [k for k in self.given if k not in self.registry.entries]:
+            del self.given[k]
+        # PIDs never looked at first (new, or left by the budget), then the rechecks: a
+        # crowd of unmatched PIDs looked at again cannot hold back a new one for long.
+        for pid in sorted(new, key=lambda p: (p in self._recheck and p not in self._deferred, p)):
             if self.registry.find_alive(pid) is not None:
                 self._recheck.pop(pid, None)
                 continue
@@ -229,10 +297,14 @@ class Scanner:
                 self._recheck.pop(pid, None)
                 continue
             parent = followers.get(stat.ppid)
-            if parent is None and self.cmdline and time.perf_counter() > budget:
+            if parent is None and self.cmdline and spent > CMDLINE_BUDGET_S:
                 self._recheck.setdefault(pid, RECHECK_SCANS + 1)  # matched at the next scan
+                self._deferred.add(pid)
                 continue
+            self._deferred.discard(pid)
+            started = time.perf_counter()
             auto = None if parent is not None or not self.active else self.match(pid, stat.comm)
+            spent += time.perf_counter() - started
             rule = self.groups.rule_for(pid) if parent is None and auto is None and pid != self._own_pid else None
             if parent is None and auto is None and rule is None:
                 left = self._recheck.get(pid, RECHECK_SCANS + 1) - 1
@@ -257,4 +329,5 @@ class Scanner:
         for pid in list(self._recheck):
             if pid not in current:
                 del self._recheck[pid]
+        self._deferred &= self._recheck.keys()
         return attached

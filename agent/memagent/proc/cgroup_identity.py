@@ -114,3 +114,12 @@ def pod_uid(path: str | None) -> str | None:
     last = (path or "").rstrip("/").rpartition("/")[2]
     pod = _POD.fullmatch(last)
     return pod.group(1).replace("_", "-").lower() if pod else None
+
+
+def delegated_to(path: str | None) -> int | None:
+    """The UID whose systemd user manager (``user@UID.service``) holds the cgroup ``path``:
+    that user may make cgroups there and name them (its units, rootless containers);
+    None when the path is outside every user manager (cgroups only root makes)."""
+    parts = [p for p in (path or "").split("/") if p]
+    manager = next((m for m in map(_USER_MANAGER.fullmatch, parts) if m), None)
+    return int(manager.group(1)) if manager else None
