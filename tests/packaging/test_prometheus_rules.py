@@ -206,14 +206,22 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
 
 
 def exported(text: str) -> dict[str, set[str]]:
-    """Metric name -> its label names, from the samples of a text exposition."""
+    """Metric name -> its label names, from the samples of a text exposition. A process
+    family declared with no sample (``memagent_process_leak_eta_seconds`` when nothing
+    grows) has the labels every process family has, those of ``memagent_process_rss_bytes``."""
     out: dict[str, set[str]] = {}
+    declared = set()
     for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            declared.add(line.split()[2])
         if not line or line.startswith("#"):
             continue
         m = re.match(r"([A-Za-z_:][\w:]*)(\{.*\})?\s", line)
         assert m, line
         out.setdefault(m.group(1), set()).update(re.findall(r'(\w+)="(?:[^"\\]|\\.)*"', m.group(2) or ""))
+    for name in declared - out.keys():
+        if name.startswith("memagent_process_"):
+            out[name] = set(out.get("memagent_process_rss_bytes", ()))
     return out
 
 
