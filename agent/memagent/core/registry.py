@@ -7,7 +7,9 @@ registry serves the root daemon, an unprivileged daemon and the embedded agent.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
@@ -65,6 +67,8 @@ class Registry:
         self.history_step = history_step
         self.history_slots = max(1, int(history_seconds / history_step))
         self.max_exited = max_exited
+        #: Whose exited entries go last when the slots are full: root's and the daemon's own.
+        self.privileged_uids = frozenset({0, os.getuid()})
         self.events: Events = events or NoEvents()
         #: Insertion-ordered: attach order, which keeps sample rows stable.
         self.entries: dict[tuple[int, int], Watched] = {}
@@ -301,12 +305,29 @@ class Registry:
         self._bound_exited()
 
     def _bound_exited(self) -> None:
+        """At most :attr:`max_exited` exited entries, shared by UID: past the bound, the
+        oldest exited entry of the UID that holds the most goes (root's and the daemon's
+        own UID only once no other UID holds any). One user's churn of short-lived
+        processes so only ever evicts its own entries while others hold fewer: root's
+        killed model keeps its exited entry, and its peak, however fast another user churns."""
         exited = [w for w in self.entries.values() if not w.alive]
         excess = len(exited) - self.max_exited
-        if excess > 0:
-            exited.sort(key=lambda w: w.exited_at or 0.0)
-            for w in exited[:excess]:
-                self._remove(w)
+        if excess <= 0:
+            return
+        exited.sort(key=lambda w: w.exited_at or 0.0)
+        held = Counter(w.uid for w in exited)
+        by_uid: dict[int, list[Watched]] = {}
+        for w in exited:
+            by_uid.setdefault(w.uid, []).append(w)
+        evicted: list[Watched] = []
+        for _ in range(excess):
+            uid = max(held, key=lambda u: (u not in self.privileged_uids, held[u]))
+            evicted.append(by_uid[uid].pop(0))
+            held[uid] -= 1
+            if not held[uid]:
+                del held[uid]
+        for w in evicted:
+            self._remove(w)
 
     def close(self) -> None:
         for w in self.entries.values():
