@@ -14,7 +14,9 @@ import pwd
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 from conftest import Daemon, Target, memagent_cli, poll
 
 from memproto.frames import Attached
@@ -47,7 +49,7 @@ def test_a_users_churn_leaves_roots_exited_entry_and_peak(
                 p.kill()
                 p.wait(10)
             pids = {p.pid for p in procs}
-            poll("the batch exited", lambda: not any(p.alive for p in c.list() if p.pid in pids))
+            poll("the batch exited", lambda pids=pids: not any(p.alive for p in c.list() if p.pid in pids))
         listed = c.list()
     exited = [p for p in listed if not p.alive]
     assert len(exited) == 256  # the bound holds: the user's oldest went
@@ -57,10 +59,14 @@ def test_a_users_churn_leaves_roots_exited_entry_and_peak(
     assert d.proc.poll() is None
 
 
+@pytest.mark.parametrize("events", ["netlink", "polling"])
 def test_a_watched_process_that_execs_shows_the_new_program(
-    start_daemon: Callable[..., Daemon], test_user: pwd.struct_passwd
+    start_daemon: Callable[..., Daemon], test_user: pwd.struct_passwd, events: str
 ) -> None:
-    d = start_daemon("--interval", "0.1", "--no-gpu", "--no-stacks", "--no-record")
+    """With the kernel's exec event (netlink), and without (``--no-netlink``: the sampler
+    sees the status ``Name:`` line change)."""
+    extra = ("--no-netlink",) if events == "polling" else ()
+    d = start_daemon("--interval", "0.1", "--no-gpu", "--no-stacks", "--no-record", *extra)
     r, w = os.pipe()
     user = test_user
 
@@ -80,8 +86,9 @@ def test_a_watched_process_that_execs_shows_the_new_program(
             os._exit(127)
     os.close(r)
     try:
+        poll("the shell runs", lambda: b"h25-exec-marker" in Path(f"/proc/{pid}/cmdline").read_bytes())
         with d.client() as c:
-            (info,) = c.attach([pid], label="kept")
+            (info,) = c.attach([pid], label="kept").attached
             assert info.name == "sh" and "h25-exec-marker" in info.cmdline
             c.subscribe()
             os.write(w, b"go\n")  # the shell execs sleep
@@ -91,7 +98,7 @@ def test_a_watched_process_that_execs_shows_the_new_program(
                 if isinstance(frame, Attached) and frame.process.pid == pid and frame.process.name == "sleep":
                     again = frame.process
                     break
-                assert time.monotonic() < deadline, "no attached event with the new name"
+                assert time.monotonic() < deadline, "no attached event with the new name:\n" + d.log + Path(f"/proc/{pid}/status").read_text()[:300]
             assert again is not None
             assert again.cmdline == ["/bin/sleep", "30"] and again.label == "kept"
             assert again.start_time == info.start_time  # the same process, announced again

@@ -292,6 +292,27 @@ class Registry:
         self.edits += 1
         return w
 
+    def refresh_program(self, w: Watched) -> bool:
+        """``w`` ran a new program (its exec event), or its name changed under the sampler's
+        eyes (the /proc/PID/status ``Name:`` line, as after an exec the events missed): its
+        name and command line are read again and, when they changed, announced again as an
+        ``attached`` event with the same identity (docs/protocol.md 9.2). Its label is kept:
+        a label names the process, not the program, and an auto-attach label is rendered
+        once, at its attach. Also read again: who may read its memory (a set-user-ID
+        program's is root's). False when nothing changed, or it is gone already."""
+        try:
+            facts = w.handle.facts()
+        except MemagentError:  # exited, or its PID another's: the sampler will tell
+            return False
+        w.memory_reader = facts.access.reader
+        if (facts.stat.comm, facts.cmdline) == (w.name, w.cmdline):
+            return False
+        log.info("%d (%s) runs %s now", w.pid, printable(w.name), printable(facts.stat.comm))
+        w.name, w.cmdline = facts.stat.comm, facts.cmdline
+        self.edits += 1
+        self.events.attached(w)
+        return True
+
     def mark_exited(self, gone: list[Watched], now: float) -> None:
         """Processes found exited in one tick: one rebuild, however many there are."""
         for w in gone:
