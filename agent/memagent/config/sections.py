@@ -149,6 +149,10 @@ class StackConfig:
                                  help="what samples a growing process's stacks: austin (100 Hz, default), dumps "
                                       "(py-spy dumps in a row: slows an allocating target ~10 %%), off "
                                       "(docs/stacks.md)"))
+    #: The share of one core all Austin runs together may use (memagent.core.bursts).
+    sampler_cpu: float = key("stacks.sampler_cpu", Number(0.01, 16.0, "cores"), 0.25, reload=LIVE,
+                             doc="The share of one core all Austin runs together may use; past it the "
+                                 "costliest bursts stop (stacks.md).")
     austin: str | None = key("stacks.austin", program_path, None, reload=RESTART,
                              shown_default="none: on `PATH`, else beside Python", doc="The Austin executable (3.x).",
                              flag=flag("--austin", metavar="PATH",
