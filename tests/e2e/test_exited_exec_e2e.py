@@ -98,7 +98,7 @@ def test_a_watched_process_that_execs_shows_the_new_program(
                 if isinstance(frame, Attached) and frame.process.pid == pid and frame.process.name == "sleep":
                     again = frame.process
                     break
-                assert time.monotonic() < deadline, "no attached event with the new name:\n" + d.log + Path(f"/proc/{pid}/status").read_text()[:300]
+                assert time.monotonic() < deadline, "no attached event with the new name:\n" + d.log
             assert again is not None
             assert again.cmdline == ["/bin/sleep", "30"] and again.label == "kept"
             assert again.start_time == info.start_time  # the same process, announced again
