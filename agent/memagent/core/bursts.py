@@ -17,8 +17,8 @@ defences, both measured, neither a guess about the targets:
   read as the window starts;
 * all Austin runs together may use at most ``[stacks] sampler_cpu`` of one core (0.25):
   once a second (:meth:`Bursts.police`) each run's CPU is read from its own
-  ``/proc/PID/stat``; past the budget, the runs that used the most that second are
-  stopped until the rest fit (their processes wait ``BURST_RETRY``: ``cut``), and while
+  ``/proc/PID/stat``; past the budget over the last ``POLICE_WINDOW`` seconds, the runs
+  that used the most in them are stopped until the rest fit (their processes wait ``BURST_RETRY``: ``cut``), and while
   over it a UID that runs a burst already starts no other (``refused``). When the 8
   slots are full, a UID that holds fewer than the heaviest holder less one takes one of
   its slots: one user's growing processes cannot hold every slot.
@@ -34,7 +34,7 @@ import contextlib
 import logging
 import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 
 from memproto.records import StackDump
@@ -60,6 +60,8 @@ BURST_RETRY = 30.0
 THREADS_AT_FULL_RATE = 32
 #: How often the CPU of the Austin runs is read and held to the budget.
 POLICE_EVERY_S = 1.0
+#: Readings the budget is judged over (one a second).
+POLICE_WINDOW = 5
 #: At most one log line about cut bursts per this many seconds.
 CUT_LOG_EVERY_S = 60.0
 
@@ -86,6 +88,9 @@ class Bursts:
         self._cpu_read: dict[int, float] = {}
         self._uid: dict[Key, int] = {}
         self._policed: float | None = None
+        #: The last POLICE_WINDOW readings (seconds, CPU per burst): the budget is judged
+        #: over them, so that a run's start (Austin finding the interpreter) is not a cut.
+        self._readings: deque[tuple[float, dict[Key, float]]] = deque(maxlen=POLICE_WINDOW)
         self._cut_logged = -math.inf
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         #: Bursts stopped (their process exited, or was detached) that are still reaping
@@ -137,17 +142,22 @@ class Bursts:
             if seconds is not None:
                 used[key] = seconds - self._cpu_read.get(pid, 0.0)
                 self._cpu_read[pid] = seconds
-        total = sum(used.values())
-        self.cpu_seconds += total
+        self.cpu_seconds += sum(used.values())
         if elapsed is None or elapsed <= 0:
             return
-        self.cpu_rate = total / elapsed
-        allowed = self.cpu_share * elapsed
+        self._readings.append((elapsed, used))
+        span = max(sum(e for e, _ in self._readings), POLICE_WINDOW * POLICE_EVERY_S)
+        spent: Counter[Key] = Counter()
+        for _, part in self._readings:
+            spent.update({k: v for k, v in part.items() if k in self._tasks})
+        total = sum(spent.values())
+        self.cpu_rate = total / span
+        allowed = self.cpu_share * span
         cut = 0
-        for key in sorted(used, key=used.__getitem__, reverse=True):
+        for key, seconds in spent.most_common():
             if total <= allowed:
                 break
-            total -= used[key]
+            total -= seconds
             self._retry[key] = now + BURST_RETRY
             self.stop(key)
             cut += 1
