@@ -18,6 +18,7 @@ import os
 import pwd
 import re
 import shutil
+import stat
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -196,6 +197,22 @@ def nonempty(v: object, key: str) -> str:
     if not text(v, key):
         raise ConfigError(key, "empty; leave the key out for the default")
     return str(v)
+
+
+def program_path(v: object, key: str) -> str:
+    """string: a program; where the path exists, a regular file that is executable"""
+    path = nonempty(v, key)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return path  # not there (yet): the daemon says so at start (py_spy_missing, austin not found)
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {shown(path)}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(key, f"not a regular file: {shown(path)}")
+    if not os.access(path, os.X_OK):
+        raise ConfigError(key, f"not executable: {shown(path)}")
+    return path
 
 
 def path_or_empty(v: object, key: str) -> str:

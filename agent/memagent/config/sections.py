@@ -26,6 +26,7 @@ from .checks import (
     group,
     nonempty,
     path_or_empty,
+    program_path,
     user,
 )
 from .checks import (
@@ -119,7 +120,7 @@ class StackConfig:
                         doc="Read Python stacks with py-spy (stacks.md).",
                         flag=flag("--no-stacks", switch_off=True, help="do not read Python stacks with py-spy"))
     #: py-spy executable; None: look on PATH, then beside this Python.
-    py_spy: str | None = key("stacks.py_spy", nonempty, None, reload=RESTART,
+    py_spy: str | None = key("stacks.py_spy", program_path, None, reload=RESTART,
                              shown_default="none: on `PATH`, else beside Python", doc="The py-spy executable.",
                              flag=flag("--py-spy", metavar="PATH",
                                        help="py-spy executable (default: on PATH, then beside Python)"))
@@ -148,7 +149,11 @@ class StackConfig:
                                  help="what samples a growing process's stacks: austin (100 Hz, default), dumps "
                                       "(py-spy dumps in a row: slows an allocating target ~10 %%), off "
                                       "(docs/stacks.md)"))
-    austin: str | None = key("stacks.austin", nonempty, None, reload=RESTART,
+    #: The share of one core all Austin runs together may use (memagent.core.bursts).
+    sampler_cpu: float = key("stacks.sampler_cpu", Number(0.01, 16.0, "cores"), 0.25, reload=LIVE,
+                             doc="The share of one core all Austin runs together may use; past it the "
+                                 "costliest bursts stop (stacks.md).")
+    austin: str | None = key("stacks.austin", program_path, None, reload=RESTART,
                              shown_default="none: on `PATH`, else beside Python", doc="The Austin executable (3.x).",
                              flag=flag("--austin", metavar="PATH",
                                        help="Austin executable (default: on PATH, then beside Python)"))

@@ -6,6 +6,25 @@ process grow (:meth:`Bursts.start`); the burst runs Austin
 (``ProcessStacks.sampling_until``), and credits each round as it arrives
 (:meth:`ProcessStacks.record_round`), with the CPU time each of the round's threads used
 since the round before (a thread waiting for the GIL is sampled idle, yet runs).
+
+**Austin's CPU is bounded, whatever the targets do.** One Austin run reads every thread
+of its target at each sample, so its cost grows with the thread count, which the
+target's owner chooses (8 processes x 400 threads growing cost ~45 % of a core). Two
+defences, both measured, neither a guess about the targets:
+
+* each window samples a process with many threads less often: one sample every
+  ``BURST_INTERVAL_MS`` x ceil(threads / ``THREADS_AT_FULL_RATE``), its thread count
+  read as the window starts;
+* all Austin runs together may use at most ``[stacks] sampler_cpu`` of one core (0.25):
+  once a second (:meth:`Bursts.police`) each run's CPU is read from its own
+  ``/proc/PID/stat``; past the budget over the last ``POLICE_WINDOW`` seconds, the runs
+  that used the most in them are stopped until the rest fit (their processes wait ``BURST_RETRY``: ``cut``), and while
+  over it a UID that runs a burst already starts no other (``refused``). When the 8
+  slots are full, a UID that holds fewer than the heaviest holder less one takes one of
+  its slots: one user's growing processes cannot hold every slot.
+
+What is spent is shown by ``memagent status`` (the sampler's note): the CPU all runs
+used, the bursts cut and refused.
 """
 
 from __future__ import annotations
@@ -13,7 +32,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
+from collections import Counter, deque
 from collections.abc import Callable
 
 from memproto.records import StackDump
@@ -35,15 +56,42 @@ MAX_BURSTS = 8
 BURST_INTERVAL_MS = 10
 BURST_SECONDS = 5.0
 BURST_RETRY = 30.0
+#: A process with more threads than this is sampled less often (see the module doc).
+THREADS_AT_FULL_RATE = 32
+#: How often the CPU of the Austin runs is read and held to the budget.
+POLICE_EVERY_S = 1.0
+#: Readings the budget is judged over (one a second).
+POLICE_WINDOW = 5
+#: At most one log line about cut bursts per this many seconds.
+CUT_LOG_EVERY_S = 60.0
 
 
 class Bursts:
     """The bursts running, by process, and when each process may have its next."""
 
-    def __init__(self, program: str | None, on_peak_stack: Callable[[Watched, StackDump], None]) -> None:
+    def __init__(self, program: str | None, on_peak_stack: Callable[[Watched, StackDump], None],
+                 cpu_share: float = 0.25) -> None:
         self.program = program
         self.on_peak_stack = on_peak_stack
         self.started = 0
+        #: The share of one core all Austin runs together may use ([stacks] sampler_cpu).
+        self.cpu_share = cpu_share
+        #: CPU seconds all Austin runs used, as read once a second (the last second of a
+        #: run that ends in between is not read); the share of a core in the last second.
+        self.cpu_seconds = 0.0
+        self.cpu_rate = 0.0
+        #: Bursts stopped at the CPU budget; starts refused (over the budget, or full slots).
+        self.cut = 0
+        self.refused = 0
+        #: The Austin PID of each burst's current run, and its CPU at the last reading.
+        self._austin: dict[Key, int] = {}
+        self._cpu_read: dict[int, float] = {}
+        self._uid: dict[Key, int] = {}
+        self._policed: float | None = None
+        #: The last POLICE_WINDOW readings (seconds, CPU per burst): the budget is judged
+        #: over them, so that a run's start (Austin finding the interpreter) is not a cut.
+        self._readings: deque[tuple[float, dict[Key, float]]] = deque(maxlen=POLICE_WINDOW)
+        self._cut_logged = -math.inf
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         #: Bursts stopped (their process exited, or was detached) that are still reaping
         #: their Austin: awaited at shutdown too, or the loop closes before the kill is reaped.
@@ -54,15 +102,74 @@ class Bursts:
         return key in self._tasks
 
     def start(self, w: Watched, ps: ProcessStacks) -> None:
-        """Sample ``w`` unless it is sampled already, too many are, or its last burst failed lately."""
-        if (self.program is None or w.key in self._tasks or len(self._tasks) >= MAX_BURSTS
-                or time.monotonic() < self._retry.get(w.key, 0.0)):
+        """Sample ``w`` unless it is sampled already, its last burst failed (or was cut)
+        lately, the CPU budget is spent and its UID runs one already, or the slots are full
+        and its UID holds its share of them."""
+        if self.program is None or w.key in self._tasks or time.monotonic() < self._retry.get(w.key, 0.0):
+            return
+        runs_one = w.uid in self._uid.values()
+        if (self.cpu_rate > self.cpu_share and runs_one) or (len(self._tasks) >= MAX_BURSTS
+                                                             and not self._make_room(w.uid)):
+            self.refused += 1
             return
         with contextlib.suppress(RuntimeError):  # no running loop: a tick outside the agent (tests)
             self._tasks[w.key] = asyncio.get_running_loop().create_task(self._burst(w, ps))
+            self._uid[w.key] = w.uid
             self.started += 1
 
+    def _make_room(self, uid: int) -> bool:
+        """The slots are full: stop the newest burst of the UID that holds the most, if it
+        holds more than ``uid`` plus one; False when ``uid`` has its share already."""
+        held = Counter(self._uid.values())
+        heaviest, most = held.most_common(1)[0]
+        if most <= held.get(uid, 0) + 1:
+            return False
+        newest = next(k for k in reversed(self._uid) if self._uid[k] == heaviest)
+        self.stop(newest)
+        return True
+
+    def police(self) -> None:
+        """Once a second: read each Austin run's CPU; past the budget, stop the runs that
+        used the most until the rest fit (see the module doc)."""
+        now = time.monotonic()
+        if self._policed is not None and now - self._policed < POLICE_EVERY_S:
+            return
+        elapsed = None if self._policed is None else now - self._policed
+        self._policed = now
+        used: dict[Key, float] = {}
+        for key, pid in self._austin.items():
+            seconds = austin.cpu_seconds(pid)
+            if seconds is not None:
+                used[key] = seconds - self._cpu_read.get(pid, 0.0)
+                self._cpu_read[pid] = seconds
+        self.cpu_seconds += sum(used.values())
+        if elapsed is None or elapsed <= 0:
+            return
+        self._readings.append((elapsed, used))
+        span = max(sum(e for e, _ in self._readings), POLICE_WINDOW * POLICE_EVERY_S)
+        spent: Counter[Key] = Counter()
+        for _, part in self._readings:
+            spent.update({k: v for k, v in part.items() if k in self._tasks})
+        total = sum(spent.values())
+        self.cpu_rate = total / span
+        allowed = self.cpu_share * span
+        cut = 0
+        for key, seconds in spent.most_common():
+            if total <= allowed:
+                break
+            total -= seconds
+            self._retry[key] = now + BURST_RETRY
+            self.stop(key)
+            cut += 1
+        if cut:
+            self.cut += cut
+            if now - self._cut_logged >= CUT_LOG_EVERY_S:
+                self._cut_logged = now
+                log.warning("austin used %.0f %% of a core (budget %.0f %%): %d burst(s) stopped (%d so far)",
+                            100 * self.cpu_rate, 100 * self.cpu_share, cut, self.cut)
+
     def stop(self, key: Key) -> None:
+        self._uid.pop(key, None)
         task = self._tasks.pop(key, None)
         if task is not None:
             task.cancel()
@@ -80,6 +187,7 @@ class Bursts:
         cancel would cut a burst's wait for its Austin run, left to be reaped by nobody."""
         running = list(self._tasks.values())
         self._tasks.clear()
+        self._uid.clear()
         for task in running:
             task.cancel()
         return [*running, *self._stopping]
@@ -99,6 +207,7 @@ class Bursts:
             ps.sampled, ps.prev_round = False, {}
             if self._tasks.get(w.key) is me:
                 del self._tasks[w.key]
+                self._uid.pop(w.key, None)
 
     async def _window(self, w: Watched, ps: ProcessStacks) -> austin.BurstEnd:
         """One Austin run: its rounds credited as they come."""
@@ -121,9 +230,27 @@ class Bursts:
             if dump is not None:
                 self.on_peak_stack(w, dump)
 
+        def on_start(pid: int) -> None:
+            self._austin[w.key] = pid
+
         try:
             return await asyncio.wait_for(
-                austin.sample(self.program, w.pid, BURST_SECONDS, BURST_INTERVAL_MS, on_round), BURST_SECONDS + 10)
+                austin.sample(self.program, w.pid, BURST_SECONDS, self._interval_ms(w), on_round, on_start),
+                BURST_SECONDS + 10)
         except asyncio.TimeoutError:
             log.warning("austin on %d did not end in time: killed", w.pid)
             return austin.BurstEnd(0, error="austin hung")
+        finally:
+            pid = self._austin.pop(w.key, None)
+            if pid is not None:
+                self._cpu_read.pop(pid, None)
+
+    @staticmethod
+    def _interval_ms(w: Watched) -> int:
+        """The sampling interval of a window on ``w``: longer for a process with many
+        threads, each of which Austin reads at every sample."""
+        try:
+            threads = len(w.handle.thread_cpu())
+        except MemagentError:
+            return BURST_INTERVAL_MS
+        return BURST_INTERVAL_MS * max(1, math.ceil(threads / THREADS_AT_FULL_RATE))

@@ -9,6 +9,9 @@
   owner and who may read its memory are read again (a set-user-ID program's memory is
   root's to read; a process that is no longer the follower's to watch is dropped).
 * ``exec`` of a process not watched: ``--auto`` patterns are matched at once.
+* ``exec`` of a watched process: its name and command line are read again and announced
+  (:meth:`Registry.refresh_program`); its label is kept. Without the events (polling, or
+  an overrun) the sampler notices a changed name at its next status read.
 * A taskstats exit record of a watched process: its final VmHWM
   (:meth:`Watched.take_exit_hwm`), which makes the peak of an exited process exact.
 
@@ -251,6 +254,7 @@ class ProcessEvents:
         if self.on_sharing_change is not None:
             self.on_sharing_change(pid)
         if not w.pre_exec:
+            self.registry.refresh_program(w)  # its new name and command line, announced
             return
         try:
             facts = w.handle.facts()

@@ -7,7 +7,9 @@ registry serves the root daemon, an unprivileged daemon and the embedded agent.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
@@ -65,6 +67,8 @@ class Registry:
         self.history_step = history_step
         self.history_slots = max(1, int(history_seconds / history_step))
         self.max_exited = max_exited
+        #: Whose exited entries go last when the slots are full: root's and the daemon's own.
+        self.privileged_uids = frozenset({0, os.getuid()})
         self.events: Events = events or NoEvents()
         #: Insertion-ordered: attach order, which keeps sample rows stable.
         self.entries: dict[tuple[int, int], Watched] = {}
@@ -288,6 +292,27 @@ class Registry:
         self.edits += 1
         return w
 
+    def refresh_program(self, w: Watched) -> bool:
+        """``w`` ran a new program (its exec event), or its name changed under the sampler's
+        eyes (the /proc/PID/status ``Name:`` line, as after an exec the events missed): its
+        name and command line are read again and, when they changed, announced again as an
+        ``attached`` event with the same identity (docs/protocol.md 9.2). Its label is kept:
+        a label names the process, not the program, and an auto-attach label is rendered
+        once, at its attach. Also read again: who may read its memory (a set-user-ID
+        program's is root's). False when nothing changed, or it is gone already."""
+        try:
+            facts = w.handle.facts()
+        except MemagentError:  # exited, or its PID another's: the sampler will tell
+            return False
+        w.memory_reader = facts.access.reader
+        if (facts.stat.comm, facts.cmdline) == (w.name, w.cmdline):
+            return False
+        log.info("%d (%s) runs %s now", w.pid, printable(w.name), printable(facts.stat.comm))
+        w.name, w.cmdline = facts.stat.comm, facts.cmdline
+        self.edits += 1
+        self.events.attached(w)
+        return True
+
     def mark_exited(self, gone: list[Watched], now: float) -> None:
         """Processes found exited in one tick: one rebuild, however many there are."""
         for w in gone:
@@ -301,12 +326,29 @@ class Registry:
         self._bound_exited()
 
     def _bound_exited(self) -> None:
+        """At most :attr:`max_exited` exited entries, shared by UID: past the bound, the
+        oldest exited entry of the UID that holds the most goes (root's and the daemon's
+        own UID only once no other UID holds any). One user's churn of short-lived
+        processes so only ever evicts its own entries while others hold fewer: root's
+        killed model keeps its exited entry, and its peak, however fast another user churns."""
         exited = [w for w in self.entries.values() if not w.alive]
         excess = len(exited) - self.max_exited
-        if excess > 0:
-            exited.sort(key=lambda w: w.exited_at or 0.0)
-            for w in exited[:excess]:
-                self._remove(w)
+        if excess <= 0:
+            return
+        exited.sort(key=lambda w: w.exited_at or 0.0)
+        held = Counter(w.uid for w in exited)
+        by_uid: dict[int, list[Watched]] = {}
+        for w in exited:
+            by_uid.setdefault(w.uid, []).append(w)
+        evicted: list[Watched] = []
+        for _ in range(excess):
+            uid = max(held, key=lambda u: (u not in self.privileged_uids, held[u]))
+            evicted.append(by_uid[uid].pop(0))
+            held[uid] -= 1
+            if not held[uid]:
+                del held[uid]
+        for w in evicted:
+            self._remove(w)
 
     def close(self) -> None:
         for w in self.entries.values():

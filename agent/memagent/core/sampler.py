@@ -78,6 +78,7 @@ class Sampler:
         status_every = self.status_every
         exited: list[Watched] = []
         changed: list[Watched] = []
+        renamed: list[Watched] = []
         pread = os.pread
         slot = int(now // self.registry.history_step)
         new_slot = slot != self._slot
@@ -106,7 +107,10 @@ class Sampler:
                 if pages is None:  # zombie: the mm is gone (or only its main thread's)
                     _exited_or_moved(w, exited)
                     continue
-                status = parse_status_memory(pread(w.status_fd, _STATUS_READ, 0))
+                raw_status = pread(w.status_fd, _STATUS_READ, 0)
+                status = parse_status_memory(raw_status)
+                if tick >= w.status_due:  # at most once a status_refresh: a renaming loop costs little
+                    _note_name(w, raw_status, renamed)
                 # b"": a fresh read was asked for (attach, exec, reset-peaks), which may
                 # have changed its figures outside the sampler: a change for the consumers.
                 before = w.row if w.last_statm else None
@@ -123,12 +127,26 @@ class Sampler:
                     continue
                 raise
             w.history.add(now, w.rss)
+        for w in renamed:  # a new program that no exec event told (polling, an overrun)
+            self.registry.refresh_program(w)
         if exited:
             if self.before_exit is not None:
                 self.before_exit()
                 exited = [w for w in exited if self.registry.entries.get(w.key) is w]
             self.registry.mark_exited(exited, now)
         return Sampled(exited, changed)
+
+
+def _note_name(w: Watched, raw_status: bytes, renamed: list[Watched]) -> None:
+    """Keep the ``Name:`` line of ``w``'s status; a change puts it in ``renamed``: it ran a
+    new program, or renamed itself, and no exec event told. Before the first reading the
+    line is taken as its name read at attach says (a name the kernel escapes there costs
+    one needless re-read of its name and command line, which then finds no change)."""
+    head = raw_status[:raw_status.find(b"\n") + 1]
+    known = w.status_head or b"Name:\t" + w.name.encode() + b"\n"
+    if head != known:
+        renamed.append(w)
+    w.status_head = head
 
 
 def _exited_or_moved(w: Watched, exited: list[Watched]) -> None:

@@ -72,7 +72,7 @@ class StackCollector:
         self.on_state = on_state or (lambda w, message: None)
         #: Told of each new stack at a process's peak (the flight recorder keeps them).
         self.on_peak_stack: Callable[[Watched, StackDump], None] = on_peak_stack or (lambda w, dump: None)
-        self.bursts = Bursts(self.austin, self.on_peak_stack)
+        self.bursts = Bursts(self.austin, self.on_peak_stack, config.sampler_cpu)
         self.bucket = TokenBucket(config.budget, config.burst)
         self.sampling_bucket = TokenBucket(config.budget * SAMPLING_FACTOR, 2)
         self._running: set[Key] = set()
@@ -115,7 +115,10 @@ class StackCollector:
             return "py-spy dumps one after the other while a process grows"
         if self.austin is None:
             return NO_AUSTIN
-        return f"{self.austin}: {1000 // BURST_INTERVAL_MS} Hz for {BURST_SECONDS:g} s while a process grows"
+        b = self.bursts
+        return (f"{self.austin}: {1000 // BURST_INTERVAL_MS} Hz for {BURST_SECONDS:g} s while a process grows; "
+                f"austin CPU {b.cpu_seconds:.1f} s, {100 * b.cpu_rate:.0f} % of a core now "
+                f"(budget {100 * b.cpu_share:.0f} %), {b.cut} bursts cut, {b.refused} refused")
 
     def apply(self, config: StackConfig) -> None:
         """A reload: the live keys of ``[stacks]`` (the budget, timeout, growth threshold,
@@ -124,6 +127,7 @@ class StackCollector:
         copy_live(self.config, config)
         self.bucket.rate = self.config.budget
         self.sampling_bucket.rate = self.config.budget * SAMPLING_FACTOR
+        self.bursts.cpu_share = self.config.sampler_cpu
 
     def of(self, w: Watched) -> ProcessStacks:
         ps = self.stacks.get(w.key)
@@ -175,6 +179,7 @@ class StackCollector:
             if delta >= SAMPLING_MIN:
                 self._sample(w, ps)
             self._peaks[w.key] = max(peak, self._peaks.get(w.key, 0))
+        self.bursts.police()
         if now >= self._next_rotation:
             self._next_rotation = now + 1.0
             self._rotate(now, registry.alive, registry.entries.keys())

@@ -95,6 +95,7 @@ class Watched:
         "statm_fd",
         "status_due",
         "status_fd",
+        "status_head",
         "swap",
         "uid",
         "unit",
@@ -141,6 +142,9 @@ class Watched:
         self.peak_since = start_time
         self.last_statm = b""
         self.status_due = 0
+        #: The ``Name:`` line of its last status read (b"": none yet): a change says it ran
+        #: a new program, or renamed itself (memagent.core.sampler).
+        self.status_head = b""
         #: Ticks its statm has not changed, and the tick it is read next when idle (see
         #: memagent.core.sampler.IDLE_READ_S; 0: every tick).
         self.quiet = 0

@@ -157,12 +157,32 @@ class BurstEnd:
     error: str | None = None
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) an Austin run of ours has used so far, from its
+    ``/proc/PID/stat``; None once it is gone. The cost of a run grows with its target's
+    threads (each is read at every sample), which the target's owner chooses: this is what
+    the bursts' CPU budget is measured with (memagent.core.bursts)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rfind(b")") + 2:].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 async def sample(austin: str, pid: int, seconds: float, interval_ms: int,
-                 on_round: Callable[[SampleRound, int | None], None]) -> BurstEnd:
+                 on_round: Callable[[SampleRound, int | None], None],
+                 on_start: Callable[[int], None] | None = None) -> BurstEnd:
     """Run Austin on ``pid`` for ``seconds`` at one sample each ``interval_ms``, calling
     ``on_round(round, rss_at_attach)`` as each round arrives. Line-buffered through
     ``stdbuf`` where there is one, so rounds arrive as they are taken (else in 4 KiB blocks,
-    ~0.1 s late). Killed when cancelled, and with the agent (``PR_SET_PDEATHSIG``)."""
+    ~0.1 s late). Killed when cancelled, and with the agent (``PR_SET_PDEATHSIG``).
+    ``on_start``: told Austin's PID once it runs (``stdbuf`` execs it: the same PID), to
+    measure its CPU (:func:`cpu_seconds`)."""
     argv = [austin, "-f", "-P", "-i", f"{interval_ms}ms", "-x", f"{max(1, round(seconds))}",
             "-t", ATTACH_WAIT, "-p", str(pid)]
     stdbuf = shutil.which("stdbuf")
@@ -175,6 +195,8 @@ async def sample(austin: str, pid: int, seconds: float, interval_ms: int,
     except OSError as exc:
         return BurstEnd(0, error=f"cannot run austin: {exc.strerror}")
     assert proc.stdout is not None and proc.stderr is not None
+    if on_start is not None:
+        on_start(proc.pid)
     parser, rounds = RoundParser(), 0
     try:
         while True:
