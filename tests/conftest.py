@@ -247,6 +247,39 @@ def registry(proc_tree: ProcTree) -> Iterator[Registry]:
     reg.close()
 
 
+# --------------------------------------------------------------------------- a small real disk
+
+
+@contextlib.contextmanager
+def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -o size=``: "1m", "4m") at ``where``, mode 0700: a real
+    disk small enough to fill. Root only: the test is skipped where it cannot be mounted."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    where.mkdir(mode=0o700, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill_disk(path: Path) -> Path:
+    """A new file at ``path`` taking every byte its disk has left (written until ENOSPC);
+    removing it gives the space back."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with contextlib.suppress(OSError):
+            while os.write(fd, b"\0" * 65536):
+                pass
+    finally:
+        os.close(fd)
+    return path
+
+
 # --------------------------------------------------------------------------- a second user
 
 #: An unprivileged user for the access and security tests (created when missing).

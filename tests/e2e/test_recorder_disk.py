@@ -7,16 +7,14 @@ Synchronisation: ``status`` and the recorder's files are polled with a deadline.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Daemon, MiB, Target, as_user, memagent_cli, poll
+from conftest import Daemon, MiB, Target, as_user, fill_disk, memagent_cli, poll, small_tmpfs
 from recorder_util import KiB, attach, churn, config, read_segment, segments, sequence, status
 
 from memproto.frames import Sample
@@ -27,28 +25,8 @@ from memproto.recording import SUFFIX, open_recording
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(disk)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", "2m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
-def _fill(path: Path) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with contextlib.suppress(OSError):
-            while os.write(fd, b"\0" * (64 * KiB)):
-                pass
-    finally:
-        os.close(fd)
 
 
 def test_a_full_disk_pauses_recording_and_sampling_goes_on(
@@ -60,7 +38,7 @@ def test_a_full_disk_pauses_recording_and_sampling_goes_on(
         d = start_daemon("--config", cfg, "--interval", "0.05", "--state-dir", str(small_disk))
         attach(d, [*pids, t.pid])
         poll("recording", lambda: status(d).recording_bytes > 4 * KiB)
-        _fill(small_disk / "fill")
+        fill_disk(small_disk / "fill")
         st = poll("paused", lambda: (s := status(d)).recording == "paused" and s)
         assert "no space left on device" in st.recording_note and "sampling goes on" in st.recording_note
         assert str(small_disk / "record") in st.recording_note

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Daemon, Target, poll
+from conftest import Daemon, Target, fill_disk, poll, small_tmpfs
 from recorder_util import KiB, attach, churn, config, segments, sequence, status
 
 from memagent.store.record_share import SHARE
@@ -110,31 +110,10 @@ def _recorded_peak(state: Path, pid: int) -> int:
 # --------------------------------------------------------------------------- a disk smaller than max_bytes
 
 
-def _fill(path: Path) -> None:
-    """A file taking every byte the disk has left."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with contextlib.suppress(OSError):
-            while os.write(fd, b"\0" * (64 * KiB)):
-                pass
-    finally:
-        os.close(fd)
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(disk)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", "4m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def test_a_full_disk_frees_the_recorders_own_oldest_segments_and_goes_on(
@@ -149,7 +128,7 @@ def test_a_full_disk_frees_the_recorders_own_oldest_segments_and_goes_on(
         d = start_daemon("--config", cfg, "--interval", "0.05", "--state-dir", str(small_disk))
         attach(d, pids)
         poll("a few segments", lambda: len(segments(record)) >= 4, timeout=30)
-        _fill(small_disk / "fill")  # someone else's file takes every byte left
+        fill_disk(small_disk / "fill")  # someone else's file takes every byte left
         first = sequence(segments(record)[-1])
         poll("segments begun on the full disk", lambda: sequence(segments(record)[-1]) >= first + 4, timeout=30)
         assert status(d).recording == "on"
@@ -159,7 +138,7 @@ def test_a_full_disk_frees_the_recorders_own_oldest_segments_and_goes_on(
         assert any("of its own oldest segments removed for room" in line for line in d.lines), d.log
         # Restart on the disk as full as it was: recording at once.
         with contextlib.suppress(OSError):
-            _fill(small_disk / "fill2")
+            fill_disk(small_disk / "fill2")
         again = start_daemon("--config", cfg, "--interval", "0.05", "--state-dir", str(small_disk))
         attach(again, pids)
         assert status(again).recording == "on", status(again).recording_note

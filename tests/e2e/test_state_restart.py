@@ -8,7 +8,6 @@ followed by any request (no await between the socket and the restore).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pwd
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Daemon, MiB, Target, as_user, memagent_cli, poll, spawn_with_pid
+from conftest import Daemon, MiB, Target, as_user, fill_disk, memagent_cli, poll, small_tmpfs, spawn_with_pid
 
 from memagent.client import Client
 from memagent.config import SYSTEM_STATE_DIR, agent_config
@@ -267,31 +266,8 @@ def _saved_rules_when(state: Path, ready: Callable[[list[dict[str, Any]]], bool]
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs, mode 0700, for a state directory that fills."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    where = tmp_path / "small"
-    where.mkdir(mode=0o700)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "none", str(where)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _fill(disk: Path) -> Path:
-    """Write a file until the disk is full (ENOSPC); the file, to free the space with."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with contextlib.suppress(OSError):
-            while True:
-                os.write(fd, b"\0" * 4096)
-    finally:
-        os.close(fd)
-    return filler
+    with small_tmpfs(tmp_path / "small", "1m") as disk:
+        yield disk
 
 
 def test_a_label_set_while_the_disk_is_full_is_saved_once_there_is_room(
@@ -312,7 +288,7 @@ def test_a_label_set_while_the_disk_is_full_is_saved_once_there_is_room(
 
         assert as_user(test_user, lambda: label("mine")) == 1
         _saved(small_disk, lambda es: [e["label"] for e in es] == ["mine"])  # saved while there is room
-        filler = _fill(small_disk)
+        filler = fill_disk(small_disk / "filler")
         assert as_user(test_user, lambda: label("mine-after-full")) == 1
         with d.client() as c:
             faults = poll("the fault in the status",
