@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .frames import Attached, Exited, Frame, Sample
 from .records import ProcessSample
+from .text import fuller_cmdline
 
 #: A process: its PID and its start time (Unix seconds), as the frames give them.
 Key = tuple[int, float]
@@ -115,7 +116,8 @@ class Fold:
         elif isinstance(frame, Attached):
             p = frame.process
             figures = self._figures(p.pid, p.start_time)
-            figures.name, figures.label, figures.cmdline = p.name, p.label, list(p.cmdline)
+            figures.name, figures.label = p.name, p.label
+            figures.cmdline = fuller_cmdline(p.cmdline, figures.cmdline)
             figures.alive = p.alive
         elif isinstance(frame, Exited):
             self._figures(frame.pid, frame.start_time).take_exit(frame)

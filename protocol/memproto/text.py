@@ -10,13 +10,21 @@ newline or a terminal escape: written as they are, they would forge a log line
   control characters, no line or paragraph separators), not empty.
 - :func:`printable`: any string with its non-printable characters escaped (``\\n``,
   ``\\x1b``), for log lines, alert messages and plain-text output.
+- :func:`cut_cmdline`, :func:`fuller_cmdline`: a command line shortened by the daemon's
+  rule for long ones (an argument cut ends with ``…``; a last argument ``…`` stands for
+  those left out), and the pick between a cut copy and the whole one: the flight
+  recorder's keyframes carry an exited process's command line cut, its ``attached`` frame
+  the whole one, and a reader that has both keeps the whole one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 MAX_LABEL_CHARS: Final = 128
+#: What ends an argument that was cut, and stands alone for the arguments left out.
+CUT: Final = "…"
 
 
 def label_problem(label: str) -> str | None:
@@ -36,3 +44,42 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def cut_cmdline(args: Sequence[str], limit: int, arg_limit: int) -> list[str]:
+    """``args`` in at most about ``limit`` characters: each argument at most ``arg_limit``
+    (cut ones end with :data:`CUT`), and past ``limit`` one last :data:`CUT` for the rest."""
+    out: list[str] = []
+    total = 0
+    for arg in args:
+        if len(arg) > arg_limit:
+            arg = arg[: arg_limit - 1] + CUT
+        if total + len(arg) > limit:
+            out.append(CUT)
+            break
+        total += len(arg)
+        out.append(arg)
+    return out
+
+
+def _cut_of(short: Sequence[str], whole: Sequence[str]) -> bool:
+    """Whether ``short`` is ``whole`` cut by :func:`cut_cmdline` (and not ``whole`` itself)."""
+    if list(short) == list(whole) or len(short) > len(whole) + 1:
+        return False
+    for i, arg in enumerate(short):
+        if arg == CUT and i == len(short) - 1 and i <= len(whole):
+            return True
+        if i >= len(whole):
+            return False
+        if arg != whole[i] and not (arg.endswith(CUT) and whole[i].startswith(arg[:-1])):
+            return False
+    return True
+
+
+def fuller_cmdline(new: Sequence[str], known: Sequence[str] | None) -> list[str]:
+    """The command line to keep when ``new`` arrives for a process known with ``known``:
+    ``known`` when ``new`` is only a cut copy of it (a keyframe's), else ``new`` (the
+    process ran another program)."""
+    if known and _cut_of(new, known):
+        return list(known)
+    return list(new)

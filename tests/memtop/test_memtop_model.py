@@ -40,6 +40,7 @@ from memproto.records import (
     Series,
     TickStats,
 )
+from memproto.text import cut_cmdline
 from memproto.vocabulary import AlertKind, AlertState, Severity, StackState
 from memtop.app import MemtopApp
 from memtop.model import GrowthWindow, ProcRow
@@ -195,6 +196,18 @@ def test_a_container_named_later_reaches_its_row(app: MemtopApp) -> None:
     assert (rows(app)[1].container, rows(app)[1].unit) == ("3f1c5e2a9b7d", f"docker-{cid}.scope")
     assert app.apply_frame(Attached(replace(boxed, container=Container("docker", cid, "llm-server"))))
     assert rows(app)[1].container == "llm-server" and rows(app)[2].container is None
+
+
+def test_a_keyframes_cut_command_line_keeps_the_whole_one(app: MemtopApp) -> None:
+    """Replaying: the next segment's keyframe lists an exited process with its command line
+    cut (the recorder's rule); the row keeps the whole one it had; another program's
+    command line (an exec) does replace it."""
+    whole = ["python3", "serve.py", "--model", "m" * 300]
+    assert app.apply_frame(Attached(replace(info(3), cmdline=whole)))
+    assert app.apply_frame(Attached(replace(info(3), cmdline=cut_cmdline(whole, 256, 64), alive=False)))
+    assert rows(app)[3].cmdline == tuple(whole) and not rows(app)[3].alive
+    assert app.apply_frame(Attached(replace(info(3), cmdline=["sleep", "9"])))
+    assert rows(app)[3].cmdline == ("sleep", "9")
 
 
 def test_dropped_is_counted(app: MemtopApp) -> None:

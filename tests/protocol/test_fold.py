@@ -4,9 +4,12 @@ type the fold has no use for."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from memproto.fold import Fold
 from memproto.frames import Attached, Detached, Dropped, Exited, Sample
 from memproto.records import SAMPLE_COLUMNS, ProcessInfo
+from memproto.text import CUT, cut_cmdline, fuller_cmdline
 
 MiB = 1024 * 1024
 T0 = 1_764_511_200.0
@@ -77,3 +80,22 @@ def test_other_frame_types_change_nothing() -> None:
     assert not fold.apply(Dropped(3))
     assert not fold.apply(Detached(10, T0))
     assert fold.processes == before and fold.get((10, T0)) is before[(10, T0)]
+
+
+def test_a_keyframes_cut_command_line_does_not_replace_the_whole_one() -> None:
+    """The recorder's keyframes carry an exited process's command line cut (each argument
+    to 64 characters, 256 in all, ``…`` for the rest): a reader that read its ``attached``
+    frame keeps the whole one; a new program's command line does replace it."""
+    whole = ["python3", "serve.py", "--model", "m" * 300, *(f"--opt{i}" for i in range(100))]
+    cut = cut_cmdline(whole, 256, 64)
+    assert cut[3] == "m" * 63 + CUT and cut[-1] == CUT and sum(map(len, cut)) <= 256 + 1
+    assert fuller_cmdline(cut, whole) == whole
+    assert fuller_cmdline(["sleep", "10"], whole) == ["sleep", "10"]  # it ran another program
+    assert fuller_cmdline(cut, []) == cut  # nothing better known
+    assert fuller_cmdline(whole, whole) == whole
+    f = Fold()
+    p = info(7, 50.0, "python3")
+    f.apply(Attached(replace(p, cmdline=whole)))
+    f.apply(Attached(replace(p, cmdline=cut, alive=False)))  # the next segment's keyframe
+    figures = f.get((7, 50.0))
+    assert figures is not None and figures.cmdline == whole and not figures.alive

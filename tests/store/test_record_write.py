@@ -10,6 +10,7 @@ import asyncio
 import io
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from proctree import TRAINER, MiB, ProcTree
 from memagent.agent import Agent
 from memagent.config import AgentConfig, RecordConfig, StackConfig
 from memagent.store.record_share import HOLD, SHARE, UserShares
+from memproto.codec import encode
 from memproto.frames import Attached, Exited, Sample
 from memproto.recording import MAGIC, SegmentHeader, SegmentReader, SegmentWriter, Thinned, pack_batch
 from memproto.records import SAMPLE_COLUMNS
@@ -136,3 +138,22 @@ def test_a_held_process_that_lives_on_is_recorded(agent: Agent) -> None:
     attached = [f for f in frames if isinstance(f, Attached) and f.process.pid == TRAINER]
     assert len(attached) == 2  # the keyframe's, and the one when it was recorded again
     assert any(r[0] == TRAINER for f in frames if isinstance(f, Sample) for r in f.rows)
+
+
+def test_a_keyframe_cuts_an_exited_processs_command_line_and_keeps_a_live_ones(agent: Agent) -> None:
+    """Issue 25 point 3: keyframes repeated every exited entry's command line whole (up to
+    8 KiB, for each of 256 entries, in every segment). An exited one's is written whole
+    once, in its ``attached`` frame; keyframes carry it cut (readers keep the whole one:
+    tests/protocol/test_fold.py)."""
+    (w,) = agent.registry.attach(TRAINER, label="trainer")
+    w.cmdline = ["python3", "serve.py", *(f"--arg{i}={'x' * 1000}" for i in range(8))]
+
+    def keyframe_cmdline() -> list[str]:
+        (a,) = [f for f in agent.recorder.keyframe(1000.0) if isinstance(f, Attached)]
+        return a.process.cmdline
+
+    assert keyframe_cmdline() == w.cmdline  # alive: whole, for a reader that starts here
+    w.alive, w.exited_at = False, 1000.0
+    cut = keyframe_cmdline()
+    assert cut[:2] == ["python3", "serve.py"] and cut[-1] == "…" and sum(map(len, cut)) <= 257
+    assert len(encode(Attached(replace(w.info(), cmdline=cut)))) < len(encode(Attached(w.info()))) - 7 * KiB

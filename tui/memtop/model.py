@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from memproto.frames import (
@@ -35,6 +35,7 @@ from memproto.frames import (
 from memproto.recording import HeadroomSnapshot, PeakStack, SegmentHeader
 from memproto.records import Alert, DaemonStatus, GpuInfo, Headroom, ProcessInfo, ProcessSample, Series
 from memproto.series import PeakSeries
+from memproto.text import fuller_cmdline
 from memproto.vocabulary import AlertKind, AlertState, StackState
 
 if TYPE_CHECKING:
@@ -221,10 +222,13 @@ class _Proc:
         self.growth = GrowthWindow()
         #: Peak-preserving RSS per second for the chart: 2.4 KB per process.
         self.trail = PeakSeries(1.0, int(HISTORY_SECONDS))
+        self.info: ProcessInfo = info
         self.set_info(info)
 
     def set_info(self, p: ProcessInfo) -> None:
-        self.info = p
+        # A replayed keyframe's copy of an exited process has its command line cut: keep the whole one.
+        cmdline = fuller_cmdline(p.cmdline, self.info.cmdline)
+        self.info = p if cmdline == p.cmdline else replace(p, cmdline=cmdline)
         self.take_memory(p)
         self.stack_state = p.stack_state
 

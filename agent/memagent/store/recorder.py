@@ -37,11 +37,13 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TypeVar
 
 from memproto.frames import AlertRaised, Attached, Detached, Exited, Frame, StackStateChanged
 from memproto.recording import FORMAT_VERSION, HeadroomSnapshot, PeakStack, SegmentHeader, SegmentWriter, Thinned
-from memproto.records import Alert, Headroom, StackDump
+from memproto.records import Alert, Headroom, ProcessInfo, StackDump
+from memproto.text import cut_cmdline
 from memproto.version import PROTOCOL_VERSION
 
 from .. import SOFTWARE
@@ -68,10 +70,26 @@ SEGMENT_SECONDS = 3600.0
 HEADROOM_EVERY = 10.0
 #: Bytes of frames waiting for the disk, at most (about 25 s of 1000 busy processes at 10 Hz).
 MAX_PENDING = 16 * MiB
+#: A keyframe's copy of an exited process's command line: this many characters at most,
+#: each argument at most KEYFRAME_ARG (the whole one is in its ``attached`` frame).
+KEYFRAME_CMDLINE = 256
+KEYFRAME_ARG = 64
 #: zlib level of the batches (6: the default; 9 saves ~3 % for twice the CPU).
 LEVEL = 6
 
 T = TypeVar("T")
+
+
+def _keyframe_info(w: Watched) -> ProcessInfo:
+    """A process as a keyframe lists it. An exited one's command line is cut to
+    :data:`KEYFRAME_CMDLINE` characters: it was written whole in its ``attached`` frame,
+    and repeating up to 8 KiB for each of 256 exited entries in every segment made one
+    user's churn of long command lines most of a recording (readers keep the whole one
+    they have read: :func:`memproto.text.fuller_cmdline`)."""
+    info = w.info()
+    if info.alive:
+        return info
+    return replace(info, cmdline=cut_cmdline(info.cmdline, KEYFRAME_CMDLINE, KEYFRAME_ARG))
 
 
 def _marks(views: list[Headroom]) -> list[tuple[str, int, int]]:
@@ -270,7 +288,8 @@ class FlightRecorder:
         attach order), the headroom, the stacks at peak, the alerts firing."""
         entries = self.registry.entries
         held = self.shares.held
-        frames: list[Frame] = [Attached(w.info()) for w in entries.values() if (w.pid, w.start_time) not in held]
+        frames: list[Frame] = [Attached(_keyframe_info(w)) for w in entries.values()
+                               if (w.pid, w.start_time) not in held]
         if self.alerts.headroom:
             frames.append(self._snapshot(now))
         for key, ps in self.stacks.stacks.items():
