@@ -30,6 +30,7 @@ ALLOWED = {
     ("recordings/writer.py", "os.open"): "the file memagent record -o writes (O_EXCL: never over an existing one)",
     ("gate/outputs.py", "os.open"): "the files memagent run --report/--junit write, $GITHUB_STEP_SUMMARY",
     ("gate/outputs.py", "open"): "the run report memagent admit --report reads",
+    ("config/checks.py", "os.stat"): "a configured program ([stacks] py_spy, austin) must be a regular file",
 }
 
 

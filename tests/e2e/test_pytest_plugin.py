@@ -267,7 +267,8 @@ def test_a_stripped_environment_does_not_hide_the_peak_from_memagent_run(pyteste
         assert result.ret == 3, (out, err)
         assert re.search(r"memagent run \(PID \d+, an ancestor\) watches this process", out), out
         peak = re.search(r"Σ RSS peak ([\d.]+ ?[KMG]?i?B) over", err)
-        assert peak is not None and _bytes(peak.group(1)) > base + 55 * MiB, err
+        # The spike's own peak (as the plugin measured it alone), not the 66 MiB of a run that lost it.
+        assert peak is not None and _bytes(peak.group(1)) > rows["test_spike"][0] - 8 * MiB, err
 
 
 def test_as_a_second_user_under_env_i_the_run_is_found(pytester: pytest.Pytester, test_user: pwd.struct_passwd,

@@ -32,7 +32,7 @@ from memproto.frames import (
     StackStateChanged,
     StatusOk,
 )
-from memproto.recording import HeadroomSnapshot, PeakStack, SegmentHeader
+from memproto.recording import HeadroomSnapshot, PeakStack, SegmentHeader, Thinned
 from memproto.records import Alert, DaemonStatus, GpuInfo, Headroom, ProcessInfo, ProcessSample, Series
 from memproto.series import PeakSeries
 from memproto.text import fuller_cmdline
@@ -269,6 +269,9 @@ class FleetModel:
         self.host: HostMem | None = None
         self.gpus: tuple[GpuInfo, ...] = ()
         self.dropped = 0
+        #: Per UID, how many short-lived processes the recorder left out (``thinned``: the
+        #: user held its share of the recorder); replay only.
+        self.left_out: dict[int, int] = {}
         #: The last stack reply, for the selected process only (stacks are large).
         self.stack: StackOk | None = None
         self.headroom: tuple[Headroom, ...] = ()
@@ -346,6 +349,10 @@ class FleetModel:
     def apply_dropped(self, count: int) -> None:
         """The daemon's total of samples dropped for this client (it read too slowly)."""
         self.dropped = count
+
+    def apply_thinned(self, uid: int, processes: int) -> None:
+        """A recording's count of one user's processes it left out (recording.md)."""
+        self.left_out[uid] = self.left_out.get(uid, 0) + processes
 
     def apply_stack_state(self, pid: int, start_time: float, state: str) -> None:
         proc = self._procs.get((pid, start_time))
@@ -451,6 +458,7 @@ FRAME_HANDLERS: dict[type[Frame], _Handler] = {
     HeadroomSnapshot: lambda m, f: m.apply_headroom(f.host, f.headroom),
     PeakStack: lambda m, f: m.apply_peak_stack(f.pid, f.start_time, f.dump),
     SegmentHeader: lambda m, f: m.apply_segment(f),
+    Thinned: lambda m, f: m.apply_thinned(f.uid, f.processes),
 }
 
 
