@@ -15,7 +15,7 @@ BUNDLE_FLAGS ?=
 # rule, ruff's C901 in pyproject.toml).
 LONG_MODULE ?= 600
 
-.PHONY: demo test bench lint clean venv bundle
+.PHONY: demo test test-fast test-under-load bench lint clean venv bundle
 
 venv: $(STAMP)
 
@@ -39,6 +39,14 @@ bundle:
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
+
+# The contributor's loop: every test that starts no process (tests/tiers.py), in seconds.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not e2e" -q tests
+
+# The check of the check: the whole suite with two CPU hogs on the box (tests/load/).
+test-under-load: $(STAMP)
+	tests/load/run_under_load.sh $(BIN)/python -m pytest tests
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

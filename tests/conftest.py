@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tiers
 from fakes.fakenvml import build_fake_nvml
 from proctree import ProcTree
 
@@ -36,6 +37,33 @@ from memproto.frames import Sample
 
 HERE = Path(__file__).resolve().parent
 MiB = 1024 * 1024
+
+
+# --------------------------------------------------------------------------- the two tiers (tiers.py)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", tiers.MARKER)
+    tiers.install()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.mark(items)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Outside ``e2e``, any process start fails the test (tiers.py says why)."""
+    if request.node.get_closest_marker("e2e") is not None:
+        yield
+        return
+    tiers.GUARD.test, tiers.GUARD.refused = request.node.nodeid, []
+    try:
+        yield
+    finally:
+        refused, tiers.GUARD.test = tiers.GUARD.refused, None
+    if refused:
+        pytest.fail(f"started a process outside the e2e tier: {refused[0]} (tests/tiers.py)", pytrace=False)
 
 
 class Daemon:

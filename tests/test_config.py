@@ -37,6 +37,7 @@ def test_sizes(text: object, expected: int) -> None:
     ("[stacks]\nsampler = 1", "stacks.sampler"),
     ("[stacks]\naustin = \"\"", "stacks.austin"),
 ])
+@pytest.mark.e2e
 def test_an_invalid_file_names_the_key(tmp_path: Path, body: str, key: str) -> None:
     path = tmp_path / "m.toml"
     path.write_text(body)
@@ -50,6 +51,7 @@ def test_an_invalid_file_names_the_key(tmp_path: Path, body: str, key: str) -> N
     assert not (tmp_path / "s.sock").exists()
 
 
+@pytest.mark.e2e
 def test_the_example_configuration_is_valid() -> None:
     example = Path(__file__).resolve().parent.parent / "packaging" / "memagent.toml"
     values = load(str(example))

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import memagent_cli
 
+pytestmark = pytest.mark.e2e  # every test here starts processes (tests/tiers.py)
+
 #: (file body, what the one line says after "FILE:LINE: ").
 FILES = [
     ("interval = 5e-324\n", 1, "interval: out of range: 4.94066e-324 (from 0.01 to 60 seconds)"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from conftest import memagent_cli
 
 from memagent.config import KEY, load
@@ -32,6 +33,7 @@ def test_the_stale_check_fails_on_a_stale_table(tmp_path: Path) -> None:
     assert main([str(doc)]) == 0 and main(["--check", str(doc)]) == 0  # rewritten
 
 
+@pytest.mark.e2e
 def test_the_example_file_names_only_known_keys_and_passes_check_config() -> None:
     assert load(str(EXAMPLE))
     out = memagent_cli("check-config", str(EXAMPLE))

@@ -92,6 +92,7 @@ def assert_ends(pid: int) -> None:
 # --------------------------------------------------------------------------- rate limits
 
 
+@pytest.mark.e2e
 async def test_a_burst_for_one_key_runs_once_then_delivers_the_last_state_after_the_window(
     hook_dir: HookDir, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -109,6 +110,7 @@ async def test_a_burst_for_one_key_runs_once_then_delivers_the_last_state_after_
     assert len(coalescing) == 1  # said once for the key, not once per alert
 
 
+@pytest.mark.e2e
 async def test_many_keys_at_once_are_spread_by_the_global_rate(hook_dir: HookDir) -> None:
     rate, burst, keys = 10.0, 2, 8
     runner = HookRunner(hook_dir.recorder(), 5.0, min_interval=10.0, rate=rate, burst=burst)
@@ -125,6 +127,7 @@ async def test_many_keys_at_once_are_spread_by_the_global_rate(hook_dir: HookDir
     assert (runner.ran, runner.delayed, runner.coalesced, runner.dropped) == (keys, keys - burst, 0, 0)
 
 
+@pytest.mark.e2e
 async def test_waiting_alerts_are_bounded_by_distinct_keys_and_a_resolution_takes_a_firing_ones_place(
     hook_dir: HookDir,
 ) -> None:
@@ -147,6 +150,7 @@ async def test_waiting_alerts_are_bounded_by_distinct_keys_and_a_resolution_take
 # --------------------------------------------------------------------------- one run
 
 
+@pytest.mark.e2e
 async def test_the_hook_gets_a_minimal_environment_in_slash_as_hook_user(
     hook_dir: HookDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -171,6 +175,7 @@ async def test_the_hook_gets_a_minimal_environment_in_slash_as_hook_user(
         assert int(uid) == os.geteuid()
 
 
+@pytest.mark.e2e
 async def test_a_hook_past_its_timeout_is_killed_with_what_it_started(hook_dir: HookDir) -> None:
     child = hook_dir.file("child")
     argv = hook_dir.script(f"cat >/dev/null\nsleep 600 &\necho $! > {child}\nwait\n")
@@ -182,6 +187,7 @@ async def test_a_hook_past_its_timeout_is_killed_with_what_it_started(hook_dir: 
     assert_ends(int(child.read_text()))
 
 
+@pytest.mark.e2e
 async def test_a_missing_hook_is_counted_and_the_next_alert_still_runs(hook_dir: HookDir) -> None:
     runner = HookRunner([str(hook_dir.path / "missing")], 5.0, min_interval=0.0)
     runner.submit(alert())
@@ -191,6 +197,7 @@ async def test_a_missing_hook_is_counted_and_the_next_alert_still_runs(hook_dir:
     assert (runner.ran, runner.failed) == (2, 2)
 
 
+@pytest.mark.e2e
 async def test_close_drops_what_waits_and_kills_what_runs(hook_dir: HookDir) -> None:
     started = hook_dir.path / "started"
     os.mkfifo(started)

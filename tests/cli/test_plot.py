@@ -39,6 +39,8 @@ from memagent.recordings.plot_file import MISSING_MATPLOTLIB
 from memagent.recordings.timeline import build_timeline
 from memproto.recording import open_recording
 
+pytestmark = pytest.mark.e2e  # every test here starts processes (tests/tiers.py)
+
 SVG = "{http://www.w3.org/2000/svg}"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

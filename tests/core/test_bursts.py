@@ -21,11 +21,14 @@ from memagent.core.registry import Registry
 from memagent.core.stack_collector import StackCollector
 from memagent.proc.austin import find_austin
 
+pytestmark = pytest.mark.e2e  # every test here starts processes (tests/tiers.py)
+
 AUSTIN = find_austin()
 #: Without the fix, one try in three left an Austin unreaped: 6 tries catch it ~9 times in 10.
 TRIES = 6
 GROWER = """
 import time
+
 kept = []
 print("ready", flush=True)
 while True:

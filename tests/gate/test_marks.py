@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from memagent.gate.marks import GATE_COMM, MAX_ANCESTORS, GateSearch, gate_ancestor
 from memagent.proc.procfs import ProcFS
 
@@ -24,6 +26,7 @@ sys.exit(subprocess.run([sys.executable, "-c", child]).returncode)
 """
 
 
+@pytest.mark.e2e
 def test_a_parent_named_memagent_run_is_found_whatever_the_environment() -> None:
     r = subprocess.run([sys.executable, "-c", NAMED_PARENT], capture_output=True, text=True, timeout=30, env={})
     assert r.returncode == 0, r.stderr

@@ -28,6 +28,8 @@ import pytest
 
 from memtop.terminal import HANGUP_EXIT
 
+pytestmark = pytest.mark.e2e  # every test here starts processes (tests/tiers.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 #: Runs memtop on stdin's terminal made the controlling one (the child is a session
 #: leader); argv[1] is "ignore" to start with SIGHUP ignored, as under nohup or a shell's

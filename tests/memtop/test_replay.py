@@ -269,6 +269,7 @@ def test_a_seek_builds_what_a_straight_play_showed(recording: Path) -> None:
     (["--replay", "{text}"], "memtop: {text}: not a memagent recording"),
     (["--replay", "{empty}"], "memtop: {empty}: no recording segments (*.mrec) in it"),
 ])
+@pytest.mark.e2e
 def test_a_file_that_does_not_play_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     """Checked before any screen: no terminal is needed to be told."""
     names = {"missing": str(tmp_path / "nothing.mrec"), "text": str(tmp_path / "notes.txt"),
@@ -284,6 +285,7 @@ def test_a_file_that_does_not_play_is_one_line(tmp_path: Path, args: list[str], 
 @pytest.mark.parametrize(("extra", "flag"), [
     (["--embedded"], "--embedded"), (["--no-embedded"], "--no-embedded"), (["--interval", "1"], "--interval"),
 ])
+@pytest.mark.e2e
 def test_replay_with_a_live_option_is_a_usage_error(recording: Path, extra: list[str], flag: str) -> None:
     r = subprocess.run([MEMTOP, "--replay", str(recording), *extra], capture_output=True, text=True,
                        stdin=subprocess.DEVNULL, timeout=30)

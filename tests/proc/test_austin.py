@@ -91,6 +91,7 @@ def _start(code: str) -> subprocess.Popen[str]:
     return proc
 
 
+@pytest.mark.e2e
 @needs_austin
 def test_a_real_burst_sees_the_growth_and_the_growing_function() -> None:
     assert AUSTIN is not None
@@ -109,6 +110,7 @@ def test_a_real_burst_sees_the_growth_and_the_growing_function() -> None:
     assert in_grow, "no sample inside grow() in a second of 20 steps"
 
 
+@pytest.mark.e2e
 @needs_austin
 def test_a_process_that_is_not_python_ends_the_burst_with_a_reason() -> None:
     assert AUSTIN is not None
@@ -121,6 +123,7 @@ def test_a_process_that_is_not_python_ends_the_burst_with_a_reason() -> None:
     assert end.rounds == 0 and end.not_python and end.error
 
 
+@pytest.mark.e2e
 @needs_austin
 def test_a_missing_program_is_a_one_line_error() -> None:
     end = asyncio.run(sample("/nonexistent/austin", os.getpid(), 1, 10, lambda r, s: None))
@@ -128,6 +131,7 @@ def test_a_missing_program_is_a_one_line_error() -> None:
     assert "/nonexistent/austin" in end.error and "\n" not in end.error
 
 
+@pytest.mark.e2e
 @needs_austin
 def test_cancelling_a_burst_kills_austin() -> None:
     assert AUSTIN is not None

@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import pytest
+
 from memagent.proc.children import kill_and_reap
+
+pytestmark = pytest.mark.e2e  # every test here starts processes (tests/tiers.py)
 
 #: A helper that writes far more than its reader's limit, as Austin on a process of
 #: hundreds of threads does in a second.

@@ -153,6 +153,7 @@ def test_error_string_and_struct_version(lib_dir: Path, tmp_path: Path) -> None:
     assert out["direct"] == "GPU is lost"
 
 
+@pytest.mark.e2e
 def test_library_not_found(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

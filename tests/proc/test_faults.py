@@ -100,6 +100,7 @@ def test_an_attach_refused_by_owner_leaves_no_descriptor_open(proc_tree: ProcTre
     assert open_fds() == before
 
 
+@pytest.mark.e2e
 def test_an_attach_of_a_reaped_process_leaves_no_descriptor_open() -> None:
     """The real /proc: a process gone (exited and reaped) before the attach."""
     gone = subprocess.Popen(["true"])

@@ -39,6 +39,7 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
         proc.wait()
 
 
+@pytest.mark.e2e
 def test_procfs_pids_lists_real_processes(sleeper: subprocess.Popen[bytes]) -> None:
     """On the real /proc, our pid and our child's are listed."""
     pids = ProcFS().pids()
@@ -46,6 +47,7 @@ def test_procfs_pids_lists_real_processes(sleeper: subprocess.Popen[bytes]) -> N
     assert sleeper.pid in pids
 
 
+@pytest.mark.e2e
 def test_handle_on_a_real_process(sleeper: subprocess.Popen[bytes]) -> None:
     """A handle pins the process's identity and reads its files through open descriptors."""
     handle = ProcFS().open(sleeper.pid)
@@ -71,6 +73,7 @@ def test_handle_on_a_real_process(sleeper: subprocess.Popen[bytes]) -> None:
     assert handle.closed
 
 
+@pytest.mark.e2e
 def test_real_start_time_is_now(sleeper: subprocess.Popen[bytes]) -> None:
     """Boot time plus starttime ticks gives the Unix time the child was started."""
     fs = ProcFS()
@@ -79,6 +82,7 @@ def test_real_start_time_is_now(sleeper: subprocess.Popen[bytes]) -> None:
     assert abs(started - time.time()) < 60
 
 
+@pytest.mark.e2e
 def test_handle_reads_fail_after_the_process_exits() -> None:
     """Reads on a handle whose process has been reaped raise NoSuchProcess, never stale data."""
     proc = subprocess.Popen(["sleep", "600"])
@@ -95,6 +99,7 @@ def test_handle_reads_fail_after_the_process_exits() -> None:
         handle.close()
 
 
+@pytest.mark.e2e
 def test_handle_close_is_idempotent(sleeper: subprocess.Popen[bytes]) -> None:
     """Closing twice (an error path and a finally) must not close someone else's descriptor."""
     handle = ProcFS().open(sleeper.pid)
@@ -103,6 +108,7 @@ def test_handle_close_is_idempotent(sleeper: subprocess.Popen[bytes]) -> None:
     assert handle.closed
 
 
+@pytest.mark.e2e
 def test_open_nonexistent_pid() -> None:
     """Opening a pid that does not exist is NoSuchProcess."""
     proc = subprocess.Popen(["true"])
@@ -139,6 +145,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.e2e
 def test_clear_refs_resets_the_high_water_mark() -> None:
     """Writing 5 to clear_refs makes VmHWM restart from the current RSS: reset-peaks' mechanism."""
     child = subprocess.Popen(

@@ -140,6 +140,7 @@ def source() -> Iterator[ProcessEventSource]:
     src.close()
 
 
+@pytest.mark.e2e
 def test_live_messages_parse_as_pyroute2_decodes_them(source: ProcessEventSource) -> None:
     """A process with a thread, 64 MiB resident at its end: its fork, exec and exit
     record as the kernel sends them, decoded by both."""
@@ -205,6 +206,7 @@ for _ in range(200):
 """
 
 
+@pytest.mark.e2e
 def test_an_overrun_is_counted_per_socket_and_reading_goes_on(source: ProcessEventSource) -> None:
     """A burst while the reader does not read: a socket with the smallest receive buffer
     the kernel allows (a few KiB) overflows. The loss is counted, the messages queued

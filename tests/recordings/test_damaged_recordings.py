@@ -58,6 +58,7 @@ def folder(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return tmp_path / "record", damaged_directory(tmp_path / "record")
 
 
+@pytest.mark.e2e
 def test_report_reads_the_good_segments_and_says_each_damaged_one(folder: tuple[Path, dict[str, str]]) -> None:
     path, bad = folder
     r = run(MEMAGENT, "report", str(path))
@@ -70,6 +71,7 @@ def test_report_reads_the_good_segments_and_says_each_damaged_one(folder: tuple[
     assert [p["pid"] for p in report["processes"]][:1] == [GOOD_PID]
 
 
+@pytest.mark.e2e
 def test_history_reads_the_good_segments_and_says_each_damaged_one(folder: tuple[Path, dict[str, str]]) -> None:
     path, bad = folder
     r = run(MEMAGENT, "history", "--from", "recording", "--file", str(path), "--since", "@0", "--csv")
@@ -79,6 +81,7 @@ def test_history_reads_the_good_segments_and_says_each_damaged_one(folder: tuple
     damage_lines(r.stderr, "memagent history", path, bad)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("suffix", [".html", ".svg"])
 def test_plot_draws_the_good_segments_and_says_each_damaged_one(folder: tuple[Path, dict[str, str]],
                                                                  tmp_path: Path, suffix: str) -> None:
@@ -105,6 +108,7 @@ def test_memtop_replays_the_good_segments(folder: tuple[Path, dict[str, str]]) -
 
 @pytest.mark.parametrize("name", ["seg-0005.mrec", "seg-0006.mrec", "seg-0007.mrec", "seg-0008.mrec",
                                   "seg-0010.mrec"])  # seg-0009.mrec, a directory, is read as one
+@pytest.mark.e2e
 def test_a_damaged_file_named_alone_is_one_line_and_exit_1(folder: tuple[Path, dict[str, str]], name: str) -> None:
     path, bad = folder
     target = str(path / name)
@@ -122,6 +126,7 @@ def _why(stderr: str, target: str) -> str:
     return stderr.strip().split(f"{target}: ", 1)[1]
 
 
+@pytest.mark.e2e
 def test_a_directory_of_damaged_segments_only_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "a.mrec").write_bytes(b"")
     os.mkfifo(tmp_path / "b.mrec")

@@ -120,36 +120,49 @@ async def test_a_non_admin_label_does_not_count_in_the_operators_budget(
 # --------------------------------------------------------------------------- pacing
 
 
-async def _list_while_ticking(registry: Registry, paced: bool) -> tuple[float, int]:
-    """List every process while a 10 ms ticker runs: its worst lateness, and how many
-    times the request gave way."""
-    ticker = Ticker(0.01, lambda now: None)
+async def _list_while_ticking(registry: Registry, paced: bool, interval: float) -> tuple[Ticker, int, int]:
+    """List every process while a ticker runs every ``interval`` seconds: the ticker, the
+    ticks it ran while the request was in flight, and how many times the request gave way."""
+    ticker = Ticker(interval, lambda now: None)
     running = asyncio.ensure_future(ticker.run())
     try:
-        await asyncio.sleep(0)
-        pacer = Pacer(ticker, slice_seconds=0.002) if paced else Pacer(None, slice_seconds=math.inf)
+        await asyncio.sleep(0)  # the first tick runs; the request starts just after it
+        pacer = Pacer(ticker, slice_seconds=interval / 5) if paced else Pacer(None, slice_seconds=math.inf)
+        before = ticker.ticks
         reply = await dispatcher(registry, pacer).handle(Session(ROOT), ListProcesses(1))  # type: ignore[arg-type]
+        during = ticker.ticks - before
         await ticker.next_tick()
     finally:
         running.cancel()
     listed = decode(reply) if isinstance(reply, bytes) else reply
     assert isinstance(listed, ListOk) and len(listed.processes) == len(registry.entries)
-    return ticker.max_lateness, pacer.yields
+    return ticker, during, pacer.yields
 
 
 async def test_a_long_request_gives_the_tick_its_turn(registry: Registry) -> None:
-    """A list of many processes is built and packed in slices: a tick due meanwhile runs
-    (nearly) on time, where an unsliced request makes it wait for the whole request."""
+    """A list of many processes is built and packed in slices: ticks due meanwhile run
+    while it is in flight, where an unsliced request holds them all back until it ends.
+
+    Counted in the ticker's own clock (ticks run, deadlines missed), with the tick period
+    sized from this machine's own time for the request, so a slow or busy machine slows
+    both sides alike (issue 29): the unsliced request spans about ten periods."""
     for pid in (TRAINER, WEIRD):
         registry.attach(pid)
     entries = list(registry.entries.values())
     for i in range(1500):  # many records: the same two processes, listed again and again
         registry.entries[(i, i)] = entries[i % 2]
-    unpaced, no_yields = await _list_while_ticking(registry, paced=False)
-    paced, yields = await _list_while_ticking(registry, paced=True)
-    assert no_yields == 0 and yields > 0
-    assert unpaced > 0.015  # the request (~40 ms) held the loop
-    assert paced < unpaced / 3
+    d = dispatcher(registry, Pacer(None, slice_seconds=math.inf))
+    await d.handle(Session(ROOT), ListProcesses(1))  # type: ignore[arg-type]  # warm up
+    started = time.perf_counter()
+    await d.handle(Session(ROOT), ListProcesses(1))  # type: ignore[arg-type]
+    interval = max((time.perf_counter() - started) / 10, 0.0005)
+    unpaced, unpaced_during, no_yields = await _list_while_ticking(registry, paced=False, interval=interval)
+    _, paced_during, yields = await _list_while_ticking(registry, paced=True, interval=interval)
+    assert no_yields == 0 and unpaced_during == 0, "an unsliced request let a tick run"
+    assert unpaced.overruns >= 1, f"the unsliced request held no deadline back ({interval * 1e3:.2f} ms period)"
+    assert yields > 0 and paced_during >= 2, (
+        f"the sliced request let {paced_during} ticks run in about ten periods ({yields} yields, "
+        f"{interval * 1e3:.2f} ms period)")
 
 
 # --------------------------------------------------------------------------- events a client does not read
