@@ -6,6 +6,7 @@ start, then talk to over that socket like to any daemon."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import shutil
 import tempfile
@@ -15,6 +16,15 @@ from typing import Any
 
 from .agent import Agent
 from .config import AgentConfig
+from .errors import MemagentError
+
+#: How often a wait for the agent's thread checks that it still lives, in seconds.
+_ALIVE_CHECK = 0.25
+
+
+class AgentStopped(MemagentError):
+    """The agent's thread ended before it did what was waited for (its error, if any, is
+    raised instead)."""
 
 
 class AgentThread:
@@ -31,13 +41,20 @@ class AgentThread:
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self, timeout: float = 10.0) -> str:
-        """Start and wait until the socket listens (and :meth:`on_ready` ran); returns its path."""
+    def start(self) -> str:
+        """Start and wait until the socket listens (and :meth:`on_ready` ran); returns its path.
+
+        Readiness is the agent's own event, awaited for as long as its thread lives: no
+        deadline, which a loaded box would exceed (a gate failing before its command ran,
+        issue 26). An agent that stops before it listens raises its error here."""
         self._thread.start()
-        if not self._ready.wait(timeout):
-            raise TimeoutError("the embedded agent did not start")
+        while not self._ready.wait(_ALIVE_CHECK):
+            if not self._thread.is_alive():
+                break
         if self._error is not None:
             raise self._error
+        if not self._ready.is_set():
+            raise AgentStopped("the embedded agent stopped before it listened")
         return self.socket
 
     def _run(self) -> None:
@@ -60,10 +77,19 @@ class AgentThread:
     async def on_ready(self) -> None:
         """Runs on the agent's loop once it listens, before :meth:`start` returns."""
 
-    def call(self, work: Callable[[], Coroutine[Any, Any, None]], timeout: float = 10.0) -> None:
-        """Run ``work()`` on the agent's loop (where its parts may be touched) and wait."""
+    def call(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``work()`` on the agent's loop (where its parts may be touched) and wait for
+        it as long as the agent's thread lives (no deadline: see :meth:`start`)."""
         assert self._loop is not None, "not started"
-        asyncio.run_coroutine_threadsafe(work(), self._loop).result(timeout)
+        done = asyncio.run_coroutine_threadsafe(work(), self._loop)
+        while True:
+            try:
+                return done.result(_ALIVE_CHECK)
+            except concurrent.futures.CancelledError:  # the loop ended with the work unfinished
+                raise AgentStopped("the embedded agent stopped") from None
+            except concurrent.futures.TimeoutError:
+                if not self._thread.is_alive():
+                    raise AgentStopped("the embedded agent stopped") from None
 
     @property
     def running(self) -> bool:

@@ -126,6 +126,7 @@ def test_promql_names_sees_metrics_and_labels() -> None:
 
 
 @needs_promtool
+@pytest.mark.e2e  # runs promtool
 def test_promtool_check_rules() -> None:
     r = subprocess.run([str(PROMTOOL), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -133,6 +134,7 @@ def test_promtool_check_rules() -> None:
 
 
 @needs_promtool
+@pytest.mark.e2e  # runs promtool
 def test_promtool_unit_tests_pass() -> None:
     r = subprocess.run([str(PROMTOOL), "test", "rules", str(RULE_TESTS)], capture_output=True, text=True,
                        timeout=60, cwd=RULE_TESTS.parent)
@@ -191,6 +193,7 @@ def test_dashboard_parses_and_every_panel_queries() -> None:
 
 
 @needs_promtool
+@pytest.mark.e2e  # runs promtool
 def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
     """promtool parses each query, as a recording rule (JSON is YAML)."""
     rules = [{"record": f"dashboard:query_{i}", "expr": plain_promql(t["expr"])}

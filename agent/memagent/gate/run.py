@@ -15,12 +15,13 @@ statuses of its errors: :mod:`memagent.cli.gate_cmd`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,7 @@ from memproto.text import printable
 from memproto.vocabulary import Resource
 
 from ..client import Client, connect
+from ..errors import MemagentError
 from ..prose import human_bytes
 from ..recordings.writer import RecordingWriter, check_output, create
 from .fits import HOST, FitVerdict, Need, judge
@@ -41,10 +43,22 @@ if TYPE_CHECKING:
     from .run_agent import Child, Sentinel
 
 PROG = "memagent run"
+
+
+class AgentSilent(MemagentError):
+    """The run's own agent (a thread of ``memagent run``) gave no answer in time."""
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WATCHED_SIGNALS = {*FORWARDED, signal.SIGCHLD}
 #: How long one wait for a frame lasts (signals and CMD's exit are looked at in between).
 WAKE = 0.1
+#: How long a request to the run's own agent may wait for its answer, in seconds. The agent
+#: is a thread of this process: it answers at its next turn of the loop, which a loaded box
+#: delays by seconds, not minutes (a fixed 10 s failed runs before CMD started, issue 26).
+AGENT_ANSWERS_WITHIN = 120.0
+#: Ticks of the agent within which it tells CMD's exit (it notices an exit at its next tick,
+#: or at once by the kernel's event): past them the figures are taken as they are.
+EXIT_SEEN_WITHIN = 3
 #: ``si_code`` of a signal the kernel sent (a terminal's Ctrl-C: CMD got it too).
 SI_KERNEL = 0x80
 
@@ -129,9 +143,13 @@ class Watch:
                 self.sites[(s.function, s.filename, s.line)] = s
 
 
-def _wait_frames(client: Client, watch: Watch, until: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not until() and time.monotonic() < deadline:
+def _wait_frames(client: Client, watch: Watch, until: Callable[[], bool], ticks: int) -> None:
+    """Read frames until ``until()`` or for ``ticks`` more of the agent's samples: counted in
+    its own clock, so a loaded box that slows its ticks waits as long in ticks (a stalled
+    agent still ends the wait, after :data:`AGENT_ANSWERS_WITHIN`)."""
+    last = watch.samples + ticks
+    deadline = time.monotonic() + AGENT_ANSWERS_WITHIN
+    while not until() and watch.samples < last and time.monotonic() < deadline:
         try:
             watch.on_frame(client.events.popleft() if client.events else client.recv())
         except DaemonTimeout:
@@ -209,10 +227,10 @@ class Figures:
 
 def finish(client: Client, child: Child, watch: Watch) -> Figures:
     """After CMD's exit: its exit record, a tick after it, the figures."""
-    _wait_frames(client, watch, lambda: any(pid == child.pid for pid, _ in watch.exited), 2.0)
+    _wait_frames(client, watch, lambda: any(pid == child.pid for pid, _ in watch.exited), EXIT_SEEN_WITHIN)
     seen = watch.samples
-    _wait_frames(client, watch, lambda: watch.samples > seen, 2.0)
-    client.set_timeout(10.0)
+    _wait_frames(client, watch, lambda: watch.samples > seen, 1)
+    client.set_timeout(AGENT_ANSWERS_WITHIN)
     watch.ask_stacks()
     status = client.status()
     total = watch.adjusted_sum(status)
@@ -240,6 +258,16 @@ def ask_fits(socket: str | None, figures: Figures) -> list[FitVerdict]:
         print(f"{PROG}: --fits: cannot ask the daemon: {printable(str(exc))}", file=sys.stderr)
         return [FitVerdict(n.resource, n.resource, n.bytes, None, 0) for n in figures.needs]
     return judge(figures.needs, status.headroom, {HOST: sum(p.rss_peak_bytes for p in ours)})
+
+
+@contextlib.contextmanager
+def _own_agent() -> Iterator[None]:
+    """A request to the run's own agent that got no answer names that agent, not a daemon
+    at a temporary path the user never started."""
+    try:
+        yield
+    except DaemonTimeout:
+        raise AgentSilent(f"its own agent gave no answer within {AGENT_ANSWERS_WITHIN:g} s") from None
 
 
 def exit_status(outcome: Outcome, budget: RunBudget, over_budget_status: int) -> int:
@@ -278,7 +306,7 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
     try:
         agent = RunAgent(args.interval)
         agent.start()
-        with Client(agent.socket, timeout=10.0) as client:
+        with _own_agent(), Client(agent.socket, timeout=AGENT_ANSWERS_WITHIN) as client:
             client.subscribe()
             agent.attach_before_exec(child.pid, label="run")
             recording = None

@@ -222,7 +222,7 @@ class RunAgent(AgentThread):
         super().__init__(lambda socket: AgentConfig(socket=socket, interval=interval, headroom=RUN_HEADROOM),
                          prefix="memagent-run-", name="memagent-run-agent")
 
-    def attach_before_exec(self, pid: int, label: str, timeout: float = 10.0) -> None:
+    def attach_before_exec(self, pid: int, label: str) -> None:
         """Watch ``pid`` and its descendants, a child held before its ``exec``: as a
         followed parent's child attached at its fork, its figures start afresh at that
         ``exec`` (its parent's image is not its memory). MemagentError if it cannot be."""
@@ -230,4 +230,4 @@ class RunAgent(AgentThread):
         async def attach() -> None:
             self.agent.registry.attach(pid, label=label, children=True)[0].pre_exec = True
 
-        self.call(attach, timeout)
+        self.call(attach)
