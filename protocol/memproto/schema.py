@@ -1,8 +1,8 @@
 """Validation of decoded msgpack maps against frame dataclasses.
 
-Each wire dataclass is described once, by its type hints; :func:`wire` compiles the
-hints into checkers when the class is defined, so decoding costs a dict lookup and a
-type check per field. Errors carry the path of the offending field (``pids[2]``,
+Each wire dataclass is described once, by its type hints; they are compiled into
+checkers at the class's first decode, so decoding costs a dict lookup and a type check
+per field. Errors carry the path of the offending field (``pids[2]``,
 ``process.rss_bytes``). Keys a class does not know are ignored: a newer peer may add
 optional fields without breaking an older one.
 """
@@ -137,20 +137,42 @@ def _checker_for(tp: Any) -> Checker:
 
 
 def wire(cls: type[T]) -> type[T]:
-    """Class decorator: compile the dataclass's fields into a decoding spec."""
-    hints = typing.get_type_hints(cls)
-    specs = []
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        required = f.default is _MISSING and f.default_factory is _MISSING
-        specs.append(_Spec(f.name, _checker_for(hints[f.name]), required, f.default, f.default_factory))
-    cls._wire_spec = tuple(specs)  # type: ignore[attr-defined]
+    """Class decorator: mark a dataclass as a wire type. Its fields are compiled into a
+    decoding spec at its first decode (:func:`_spec_of`), not here: a command that decodes
+    three kinds of frame does not pay for the other forty (issue 26, the CLI's start)."""
+    _WIRE.add(cls)
     return cls
+
+
+_WIRE: set[type] = set()
+_SPECS: dict[type, tuple[_Spec, ...]] = {}
+
+
+def _spec_of(cls: type) -> tuple[_Spec, ...]:
+    spec = _SPECS.get(cls)
+    if spec is None:
+        if cls not in _WIRE:
+            raise TypeError(f"{cls.__name__} is not a wire type (@wire)")
+        hints = typing.get_type_hints(cls)
+        specs = []
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            required = f.default is _MISSING and f.default_factory is _MISSING
+            specs.append(_Spec(f.name, _checker_for(hints[f.name]), required, f.default, f.default_factory))
+        spec = _SPECS[cls] = tuple(specs)
+    return spec
+
+
+def compile_all() -> None:
+    """Compile every wire type's spec now (a daemon before its first client; a test that
+    every declared type compiles)."""
+    for cls in list(_WIRE):
+        _spec_of(cls)
 
 
 def from_wire(cls: type[T], data: dict[Any, Any], prefix: str = "") -> T:
     """Build ``cls`` from a decoded map, raising :class:`ProtocolError` naming the field."""
     kwargs: dict[str, Any] = {}
-    for spec in cls._wire_spec:  # type: ignore[attr-defined]
+    for spec in _SPECS.get(cls) or _spec_of(cls):
         if spec.name in data:
             kwargs[spec.name] = spec.check(data[spec.name], prefix + spec.name)
         elif spec.required:

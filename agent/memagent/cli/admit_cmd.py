@@ -14,16 +14,17 @@ import argparse
 from collections.abc import Callable
 
 from ..prose import human_bytes
-from .args import Parser, UsageError, size_range_arg
+from .args import Parents, Parser, UsageError, size_range_arg
 from .exits import EXIT_FAILED, EXIT_OK, EXIT_OVER_BUDGET, CommandFailed, fail, print_json
+from .table import help_of
 
 PROG = "memagent admit"
 #: A peak of 0 bytes asks nothing (and a process has some RSS): from a byte.
 peak_arg = size_range_arg(1)
 
 
-def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
-    p = sub.add_parser("admit", parents=parents, help="would a process with these peaks fit here now?",
+def add_parsers(sub: argparse._SubParsersAction[Parser], parents: Parents) -> None:
+    p = sub.add_parser("admit", parents=parents.client, help=help_of("admit"),
                        description="Ask the daemon whether a process with these peaks would fit beside what it "
                                    "watches (Σ peaks within capacity, host and GPU); nothing is run.",
                        epilog="Exit status: 0 it fits, 3 it does not, 1 cannot tell or bad report, 2 no daemon or "

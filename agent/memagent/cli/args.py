@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from memproto.paths import SYSTEM_SOCKET
 from memproto.text import printable
 
-from ..config import MAX_SIZE, check_of, parse_size
-from ..config.checks import Number, human
 from ..errors import ConfigError, MemagentError
+
+# The configuration (its sizes and ranges) is imported by the argument types that use it,
+# when a parser that has them is built: ``memagent ls`` never loads it (cli/table.py).
 
 #: Linux's PID_MAX_LIMIT: no PID is above it (and a bigger number does not fit the wire).
 PID_MAX = 4_194_304
@@ -49,6 +50,17 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(self.prog, message, hint=True)
+
+
+class Parents(NamedTuple):
+    """What a command module's ``add_parsers`` builds on (cli/table.py)."""
+
+    #: ``--socket``: every command that talks to (or is) a daemon.
+    common: list[Parser]
+    #: ``--socket`` and ``--json``: the client commands.
+    client: list[Parser]
+    #: The whole parser, every command's (the completion script and the man page are made of it).
+    whole: Callable[[], argparse.ArgumentParser]
 
 
 def int_range_arg(lo: int, hi: int, what: str, *, say_range: bool = False) -> Callable[[str], int]:
@@ -153,15 +165,22 @@ def wants_json(argv: Sequence[str]) -> bool:
 
 def size_arg(text: str) -> int:
     """A size as the configuration reads one (``512MiB``, ``2G``, bytes)."""
+    from ..config import parse_size
+
     try:
         return parse_size(text, "SIZE")
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(printable(exc.reason)) from None
 
 
-def size_range_arg(lo: int, hi: int = MAX_SIZE) -> Callable[[str], int]:
-    """The type of a size argument from ``lo`` to ``hi`` bytes (``run``'s budgets, ``admit``'s
-    peaks: a budget of 0 bytes is over at once, a meaningless gate)."""
+def size_range_arg(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """The type of a size argument from ``lo`` to ``hi`` bytes (default: the configuration's
+    largest size; ``run``'s budgets, ``admit``'s peaks: a budget of 0 bytes is over at once,
+    a meaningless gate)."""
+    from ..config import MAX_SIZE
+    from ..config.checks import human
+
+    hi = MAX_SIZE if hi is None else hi
 
     def parse(text: str) -> int:
         n = size_arg(text)
@@ -192,6 +211,9 @@ def float_range_arg(lo: float, hi: float, what: str, unit: str = "") -> Callable
 def config_range_arg(key: str, what: str) -> Callable[[str], float]:
     """:func:`float_range_arg` with the range of the configuration's number ``key``
     (``run --interval``: the daemon's ``interval``, its range declared once, there)."""
+    from ..config import check_of
+    from ..config.checks import Number
+
     check = check_of(key)
     assert isinstance(check, Number), key
     return float_range_arg(check.lo, check.hi, what, check.unit)

@@ -1,12 +1,15 @@
-"""The client commands: each sends its requests through :class:`~.client.Client` and
-prints text for people (:mod:`.render`) or, with ``--json``, the wire records
-(:func:`memproto.schema.to_wire`). Errors are raised, and reported once by ``main``;
-per-PID failures are reported here (:func:`.report.results`)."""
+"""The client commands (attach, detach, reset-peaks, ls, stack, status) and the two light
+local ones (check-config, demo): their parsers and what runs them. A client command sends
+its requests through :class:`~.client.Client` and prints text for people (:mod:`.render`)
+or, with ``--json``, the wire records (:func:`memproto.schema.to_wire`). Errors are raised,
+and reported once by ``main``; per-PID failures are reported here (:func:`.exits.results`).
+What only check-config and demo use (the configuration, the agent) is imported when they run."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from memproto.records import DaemonStatus
 from memproto.schema import to_wire
@@ -15,9 +18,11 @@ from memproto.vocabulary import Severity, StackState
 
 from ..client import Client, connect
 from ..prose import human_bytes
-from .args import UsageError
-from .exits import EXIT_CRITICAL, EXIT_FAILED, EXIT_OK, EXIT_WARNING, print_json, results
+from .args import Parents, Parser, UsageError, seconds_arg
+from .args import pid_arg as _pid
+from .exits import EXIT_CRITICAL, EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXIT_WARNING, print_json, results
 from .render import format_table, process_json, stack_reply_lines, status_lines
+from .table import help_of
 
 STATUS_EPILOG = (f"exit status (a health check): {EXIT_OK} no alert firing, {EXIT_WARNING} a warning alert is "
                  f"firing, {EXIT_CRITICAL} a critical alert is firing (the most severe counts; with --json too); "
@@ -110,11 +115,76 @@ def cmd_stack(args: argparse.Namespace) -> int:
     return status
 
 
-COMMANDS = {
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from .. import config as config_file
+    from ..errors import ConfigError
+
+    try:
+        values = config_file.load(args.file)
+    except ConfigError as exc:
+        print(f"invalid: {exc}", file=sys.stderr)
+        return EXIT_USAGE  # an invalid configuration, as the daemon refuses it
+    print(f"{args.file}: valid ({len(values)} keys set)")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo_printing  # imports the agent (and asyncio): only for this command
+
+    return run_demo_printing(args.socket, args.seconds)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "attach": cmd_attach,
     "detach": cmd_detach,
     "reset-peaks": cmd_reset_peaks,
     "ls": cmd_ls,
     "status": cmd_status,
     "stack": cmd_stack,
+    "check-config": cmd_check_config,
+    "demo": cmd_demo,
 }
+
+
+def add_parsers(sub: argparse._SubParsersAction[Parser], parents: Parents) -> None:
+    client = parents.client
+    a = sub.add_parser("attach", parents=client, help=help_of("attach"))
+    a.add_argument("pids", nargs="*", type=_pid, metavar="PID")
+    a.add_argument("--label", metavar="NAME")
+    a.add_argument("--children", action="store_true", help="also descendants, now and later")
+    group = a.add_mutually_exclusive_group()
+    group.add_argument("--cgroup", metavar="PATH", help="also every process in this memory cgroup (as /proc/PID/cgroup "
+                       "shows it) or below, now and later")
+    group.add_argument("--unit", metavar="NAME", help="also every process of this systemd unit, now and later")
+    group.add_argument("--container", metavar="NAME|ID", help="also every process of this container, now and later "
+                       "(docs/containers.md)")
+
+    dt = sub.add_parser("detach", parents=client, help=help_of("detach"))
+    dt.add_argument("pids", nargs="*", type=_pid, metavar="PID")
+    dt.add_argument("--exited", action="store_true", help="also every exited process")
+    ends = dt.add_mutually_exclusive_group()
+    for kind, metavar in (("cgroup", "PATH"), ("unit", "NAME"), ("container", "NAME|ID")):
+        ends.add_argument(f"--{kind}", metavar=metavar, help=f"end the attach --{kind} rule (yours; any as root) "
+                          "and stop watching its processes")
+
+    r = sub.add_parser("reset-peaks", parents=client, help=help_of("reset-peaks"))
+    r.add_argument("pids", nargs="+", type=_pid, metavar="PID")
+    r.add_argument("--kernel", action="store_true",
+                   help="also reset the kernel's high-water mark (exact at once; resets the process's own "
+                        "ru_maxrss; only your own processes, never PID 1)")
+
+    sub.add_parser("ls", parents=client, help=help_of("ls"))
+
+    sk = sub.add_parser("stack", parents=client, help=help_of("stack"))
+    sk.add_argument("pid", type=_pid, metavar="PID")
+    sk.add_argument("--cached", action="store_true", help="do not take a fresh dump; show what the daemon has")
+
+    sub.add_parser("status", parents=client, help=help_of("status"),
+                   description="The daemon and the host: headroom, alerts, GPUs, the daemon's own health.",
+                   epilog=STATUS_EPILOG)
+
+    cc = sub.add_parser("check-config", help=help_of("check-config"))
+    cc.add_argument("file", metavar="FILE")
+
+    demo = sub.add_parser("demo", parents=parents.common, help=help_of("demo"))
+    demo.add_argument("--seconds", type=seconds_arg, default=None, help="stop after this long")

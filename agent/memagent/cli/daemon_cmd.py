@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from memproto.paths import socket_path
 
@@ -18,13 +17,15 @@ from .. import config as config_file
 from ..config import DEFAULT_PATH as DEFAULT_CONFIG
 from ..config.flags import add_flags
 from ..errors import ConfigError
+from .args import Parents, Parser
 from .exits import EXIT_NO_DAEMON
+from .table import help_of
 
 
-def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+def add_parsers(sub: argparse._SubParsersAction[Parser], parents: Parents) -> None:
     """The ``daemon`` subcommand: ``--config``, every key's flag (declared with the key,
     memagent.config.sections), ``-v``."""
-    d = sub.add_parser("daemon", parents=parents, help="run the agent in the foreground")
+    d = sub.add_parser("daemon", parents=parents.common, help=help_of("daemon"))
     d.add_argument("--config", metavar="FILE", help=f"TOML configuration (default: {DEFAULT_CONFIG} if present)")
     add_flags(d)
     d.add_argument("-v", "--verbose", action="store_true")

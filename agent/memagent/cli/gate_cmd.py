@@ -15,8 +15,9 @@ from memproto.client_side import ClientError, ConnectionLost, DaemonNotRunning
 from memproto.text import printable
 
 from ..errors import MemagentError
-from .args import Parser, UsageError, config_range_arg, int_range_arg, size_range_arg
+from .args import Parents, Parser, UsageError, config_range_arg, int_range_arg, size_range_arg
 from .exits import EXIT_NO_DAEMON, EXIT_OVER_BUDGET, CommandFailed
+from .table import help_of
 
 PROG = "memagent run"
 
@@ -34,8 +35,8 @@ budget_arg = size_range_arg(1)
 interval_arg = config_range_arg("interval", "a sample interval")
 
 
-def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
-    p = sub.add_parser("run", parents=parents, help="run a command under a memory budget (no daemon needed)",
+def add_parsers(sub: argparse._SubParsersAction[Parser], parents: Parents) -> None:
+    p = sub.add_parser("run", parents=parents.common, help=help_of("run"),
                        description="Run CMD watched with all its descendants by an embedded agent; print "
                                    "the peaks on exit and fail when over budget.", epilog=EPILOG)
     p.add_argument("--budget-rss", type=budget_arg, metavar="SIZE", help="budget for the Σ of RSS peaks")

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from memproto.text import printable
 
 from ..recordings import RAM, RECORDING
-from .args import Parser, UsageError, pid_arg
+from .args import Parents, Parser, UsageError, pid_arg
 from .exits import EXIT_FAILED, EXIT_OK, error_json, print_json
 from .recording_args import add_source_arguments, load_timeline, window
+from .table import help_of
 
 PROG = "memagent history"
 CSV_HEADER = ("time", "pid", "start_time", "label", "rss_bytes", "vram_bytes")
@@ -35,8 +36,8 @@ EPILOG = ("Source: the daemon's RAM when it reaches back to --since (and no --fi
           "no points in the window (one line each), no recording, or the daemon failed; 2 no daemon (RAM) "
           "or a usage error.")
 
-def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
-    p = sub.add_parser("history", parents=parents, help="memory of processes over time (RAM or recording)",
+def add_parsers(sub: argparse._SubParsersAction[Parser], parents: Parents) -> None:
+    p = sub.add_parser("history", parents=parents.client, help=help_of("history"),
                        description="RSS (and GPU memory, from a recording) of processes over time: from the "
                                    "daemon's RAM (the last 10 minutes by default) or from a recording.",
                        epilog=EPILOG)

@@ -12,8 +12,7 @@ every file under DIR, as DESTDIR does, the group only in DIR/etc/group (where th
 one), and leaves systemd alone. Not root, or anything that cannot be written: one line on
 stderr, exit 1 (docs/cli.md, docs/service.md).
 
-This module stays light: ``main`` imports it for every command, to register these two;
-what they need is imported when they run.
+What they need is imported when they run.
 """
 
 from __future__ import annotations
@@ -26,8 +25,9 @@ from collections.abc import Callable
 from memproto.text import printable
 
 from ..install import SHELLS
-from .args import UsageError
+from .args import Parents, Parser, UsageError
 from .exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_MAN
+from .table import help_of
 
 PROG = "memagent install-service"
 
@@ -78,11 +78,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
-def add_parsers(sub: argparse._SubParsersAction,  # type: ignore[type-arg]
-                whole_parser: Callable[[], argparse.ArgumentParser]) -> None:
+def add_parsers(sub: argparse._SubParsersAction[Parser], parents: Parents) -> None:
     """Register ``install-service`` and ``completion`` (:data:`COMMANDS`) on ``sub``;
-    ``whole_parser`` makes the parser they write the completion and man page of."""
-    i = sub.add_parser("install-service", help="install the systemd unit, configuration, completion, man page (root)",
+    ``parents.whole`` makes the parser they write the completion and man page of."""
+    i = sub.add_parser("install-service", help=help_of("install-service"),
                        description="Install the daemon as a systemd service: the unit (ExecStart= naming this "
                                    "memagent), the configuration if absent, the group memagent, bash and zsh "
                                    "completion, the man page and the docs; one line per action.",
@@ -95,8 +94,8 @@ def add_parsers(sub: argparse._SubParsersAction,  # type: ignore[type-arg]
     i.add_argument("--root", type=root_arg, metavar="DIR",
                    help="write every file under DIR (as DESTDIR); the group only in DIR/etc/group, if any; "
                         "systemd is left alone")
-    c = sub.add_parser("completion", help="print the bash or zsh completion script",
+    c = sub.add_parser("completion", help=help_of("completion"),
                        description="Print the completion script: source <(memagent completion bash).")
     c.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash or zsh")
     for p in (i, c):
-        p.set_defaults(whole_parser=whole_parser)
+        p.set_defaults(whole_parser=parents.whole)

@@ -13,34 +13,28 @@ in :mod:`.args`.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 from memproto import ProtocolError
 from memproto.client_side import ClientError, ClientErrorCode, DaemonNotRunning, RequestFailed
 from memproto.paths import socket_path
 
 from .. import __version__
-from .. import config as config_file
-from ..errors import ConfigError, RecordingUnavailable
-from .admit_cmd import COMMANDS as ADMIT_COMMANDS
-from .admit_cmd import add_parser as add_admit_parser
+from ..errors import RecordingUnavailable
 from .args import (
+    Parents,
     Parser,
     UsageError,
     add_global_options,
     json_parent,
     merge_global_options,
-    seconds_arg,
     socket_parent,
     wants_json,
 )
-from .args import pid_arg as _pid
-from .commands import COMMANDS as CLIENT_COMMANDS
-from .commands import STATUS_EPILOG
-from .daemon_cmd import COMMANDS as DAEMON_COMMANDS
-from .daemon_cmd import add_parser as add_daemon_parser
 from .exits import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -52,122 +46,50 @@ from .exits import (
     USAGE,
     fail,
 )
-from .gate_cmd import COMMANDS as RUN_COMMANDS
-from .gate_cmd import add_parser as add_run_parser
-from .history_cmd import COMMANDS as HISTORY_COMMANDS
-from .history_cmd import add_parser as add_history_parser
-from .install_cmd import COMMANDS as INSTALL_COMMANDS
-from .install_cmd import add_parsers as add_install_parsers
-from .plot_cmd import COMMANDS as PLOT_COMMANDS
-from .plot_cmd import add_parser as add_plot_parser
-from .record_cmd import COMMANDS as RECORD_COMMANDS
-from .record_cmd import add_parser as add_record_parser
-from .report_cmd import COMMANDS as REPORT_COMMANDS
-from .report_cmd import add_parser as add_report_parser
+from .table import TABLE
+
+#: ``build_parser(only=NO_COMMAND)``: every command a stub (the first pass over argv).
+NO_COMMAND = ""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _module(name: str) -> ModuleType:
+    return importlib.import_module(f"{__package__}.{name}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command (``only=None``: for the completion script and the man
+    page), or of command ``only`` and its module's others, each other command a stub with
+    its help (``memagent --help`` and argparse's choices read the same either way)."""
     parser = Parser(prog="memagent", description="Watch the memory of processes on this box.",
                     epilog="Errors: one line on stderr; exit codes and --json errors: docs/cli.md.")
     parser.add_argument("--version", action="version", version=f"memagent {__version__}")
     add_global_options(parser)
     common = socket_parent()
-    client = [common, json_parent()]
+    parents = Parents([common], [common, json_parent()], build_parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    add_daemon_parser(sub, [common])  # daemon (cli/daemon_cmd.py)
-    a = sub.add_parser("attach", parents=client, help="start watching processes")
-    a.add_argument("pids", nargs="*", type=_pid, metavar="PID")
-    a.add_argument("--label", metavar="NAME")
-    a.add_argument("--children", action="store_true", help="also descendants, now and later")
-    group = a.add_mutually_exclusive_group()
-    group.add_argument("--cgroup", metavar="PATH", help="also every process in this memory cgroup (as /proc/PID/cgroup "
-                       "shows it) or below, now and later")
-    group.add_argument("--unit", metavar="NAME", help="also every process of this systemd unit, now and later")
-    group.add_argument("--container", metavar="NAME|ID", help="also every process of this container, now and later "
-                       "(docs/containers.md)")
-
-    dt = sub.add_parser("detach", parents=client, help="stop watching processes")
-    dt.add_argument("pids", nargs="*", type=_pid, metavar="PID")
-    dt.add_argument("--exited", action="store_true", help="also every exited process")
-    ends = dt.add_mutually_exclusive_group()
-    for kind, metavar in (("cgroup", "PATH"), ("unit", "NAME"), ("container", "NAME|ID")):
-        ends.add_argument(f"--{kind}", metavar=metavar, help=f"end the attach --{kind} rule (yours; any as root) "
-                          "and stop watching its processes")
-
-    r = sub.add_parser("reset-peaks", parents=client, help="start a new peak window")
-    r.add_argument("pids", nargs="+", type=_pid, metavar="PID")
-    r.add_argument("--kernel", action="store_true",
-                   help="also reset the kernel's high-water mark (exact at once; resets the process's own "
-                        "ru_maxrss; only your own processes, never PID 1)")
-
-    sub.add_parser("ls", parents=client, help="list watched processes")
-
-    sk = sub.add_parser("stack", parents=client, help="Python stacks of a watched process, and where it grew")
-    sk.add_argument("pid", type=_pid, metavar="PID")
-    sk.add_argument("--cached", action="store_true", help="do not take a fresh dump; show what the daemon has")
-
-    sub.add_parser("status", parents=client, help="the daemon and the host (exit 4/5: an alert is firing)",
-                   description="The daemon and the host: headroom, alerts, GPUs, the daemon's own health.",
-                   epilog=STATUS_EPILOG)
-
-    cc = sub.add_parser("check-config", help="validate a configuration file")
-    cc.add_argument("file", metavar="FILE")
-
-    demo = sub.add_parser("demo", parents=[common], help="run a demo fleet under an agent, print ls each second")
-    demo.add_argument("--seconds", type=seconds_arg, default=None, help="stop after this long")
-    add_history_parser(sub, client)  # history (cli/history_cmd.py)
-    add_record_parser(sub, client)  # record (cli/record_cmd.py)
-    add_report_parser(sub, client)  # report (cli/report_cmd.py)
-    add_plot_parser(sub, client)  # plot (cli/plot_cmd.py)
-    add_run_parser(sub, [common])  # run (cli/gate_cmd.py)
-    add_admit_parser(sub, client)  # admit (cli/admit_cmd.py)
-    add_install_parsers(sub, build_parser)  # install-service, completion (cli/install_cmd.py)
+    chosen = None if only is None else TABLE[only].module if only in TABLE else NO_COMMAND
+    added: set[str] = set()
+    for name, command in TABLE.items():
+        if chosen is not None and command.module != chosen:
+            sub.add_parser(name, help=command.help, add_help=False)
+        elif command.module not in added:  # a module adds all its commands, in the table's order
+            added.add(command.module)
+            _module(command.module).add_parsers(sub, parents)
     return parser
 
 
-# --------------------------------------------------------------------------- commands
-
-
-def cmd_check_config(args: argparse.Namespace) -> int:
-    try:
-        values = config_file.load(args.file)
-    except ConfigError as exc:
-        print(f"invalid: {exc}", file=sys.stderr)
-        return EXIT_USAGE  # an invalid configuration, as the daemon refuses it
-    print(f"{args.file}: valid ({len(values)} keys set)")
-    return EXIT_OK
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo_printing  # imports the agent (and asyncio): only for this command
-
-    return run_demo_printing(args.socket, args.seconds)
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    **DAEMON_COMMANDS,
-    **CLIENT_COMMANDS,
-    "check-config": cmd_check_config,
-    "demo": cmd_demo,
-    **HISTORY_COMMANDS,
-    **RECORD_COMMANDS,
-    **REPORT_COMMANDS,
-    **PLOT_COMMANDS,
-    **RUN_COMMANDS,
-    **ADMIT_COMMANDS,
-    **INSTALL_COMMANDS,
-}
-
-
 def _run(argv: Sequence[str], args: argparse.Namespace) -> int:
-    """Parse ``argv`` into ``args`` and run its command; errors are the caller's to report."""
-    _, extra = build_parser().parse_known_args(argv, namespace=args)
+    """Parse ``argv`` into ``args`` and run its command; errors are the caller's to report.
+    A first pass over stubs finds the command (and answers ``--help`` and ``--version``);
+    only its own module is imported and parses (cli/table.py)."""
+    first, _ = build_parser(only=NO_COMMAND).parse_known_args(argv)
+    _, extra = build_parser(only=first.command).parse_known_args(argv, namespace=args)
     if extra:  # argparse's own message, but naming the command
         prog = " ".join(("memagent", *([args.command] if getattr(args, "command", None) else [])))
         raise UsageError(prog, f"unrecognized arguments: {' '.join(extra)}", hint=True)
     merge_global_options(args, "memagent")
-    return COMMANDS[args.command](args)
+    run: Callable[[argparse.Namespace], int] = _module(TABLE[args.command].module).COMMANDS[args.command]
+    return run(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

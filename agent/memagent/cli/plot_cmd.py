@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from .args import Parser, UsageError, add_selection_arguments
+from .args import Parents, Parser, UsageError, add_selection_arguments
 from .exits import EXIT_USAGE, finish
 from .recording_args import add_source_arguments, load_timeline
+from .table import help_of
 
 PROG = "memagent plot"
 FORMATS = ("png", "svg", "html")
@@ -38,8 +39,8 @@ def pixels_arg(text: str) -> tuple[int, int]:
     return size
 
 
-def add_parser(sub: argparse._SubParsersAction[Parser], parents: Sequence[Parser]) -> None:
-    p = sub.add_parser("plot", parents=list(parents), help="draw a recording: memory per process over time",
+def add_parsers(sub: argparse._SubParsersAction[Parser], parents: Parents) -> None:
+    p = sub.add_parser("plot", parents=parents.client, help=help_of("plot"),
                        description="RSS (and GPU memory) per process over a recording, each peak marked with its "
                                    "value and time, the sum of the peaks, the capacity, alerts and exits.",
                        epilog=EPILOG)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from .args import Parser, add_selection_arguments, seconds_arg
+from .args import Parents, Parser, add_selection_arguments, seconds_arg
 from .exits import finish
+from .table import help_of
 
 PROG = "memagent record"
 EPILOG = ("Stops at --duration, Ctrl-C or SIGTERM (exit 0), or when the daemon goes away (exit 1: the file holds "
@@ -22,8 +23,8 @@ EPILOG = ("Stops at --duration, Ctrl-C or SIGTERM (exit 0), or when the daemon g
           "with memagent history --file, report, plot, memtop --replay.")
 
 
-def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
-    p = sub.add_parser("record", parents=parents, help="record the daemon's samples and events to a file",
+def add_parsers(sub: argparse._SubParsersAction[Parser], parents: Parents) -> None:
+    p = sub.add_parser("record", parents=parents.client, help=help_of("record"),
                        description="Record what this client may see (samples, attach/exit/detach, alerts, "
                                    "headroom, stacks at peaks) to FILE, in the flight recorder's format.",
                        epilog=EPILOG)

@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 from memproto.text import printable
 
-from .args import Parser, add_selection_arguments, int_range_arg
+from .args import Parents, Parser, add_selection_arguments, int_range_arg
 from .exits import EXIT_FAILED, EXIT_OK, error_json, print_json
 from .recording_args import add_source_arguments, load_timeline, window
+from .table import help_of
 
 PROG = "memagent report"
 DEFAULT_TOP = 10
@@ -28,8 +29,8 @@ EPILOG = ("Exit 0: the report, even of an empty window (it says so); 1 no record
 top_arg = int_range_arg(1, 100_000, "a count from 1 to 100000")
 
 
-def add_parser(sub: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
-    p = sub.add_parser("report", parents=parents, help="the peaks, Σ peaks, alerts and OOM kills of a recording",
+def add_parsers(sub: argparse._SubParsersAction[Parser], parents: Parents) -> None:
+    p = sub.add_parser("report", parents=parents.client, help=help_of("report"),
                        description="From a recording: the processes that peaked highest, when, and the stack at "
                                    "the peak; the highest sum of the peaks; alerts; OOM kills.", epilog=EPILOG)
     add_source_arguments(p)
