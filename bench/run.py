@@ -21,6 +21,8 @@ Prints a report; asserts nothing. See bench/README.md for what each number means
     and the stack at peak                                           (stack_attribution.py)
 16. the daemon's whole cost (itself + its children) on 12 bursty processes, against a psutil
     poller                                                          (fleet_cost.py)
+17. what a command line costs: memagent ls/status/attach against `import psutil`, memagent
+    run's overhead and its starts beside two CPU hogs                (cli_cost.py)
 
 All watched processes are children of this process in one process group, killed on the
 way out whatever happens (SIGTERM included).
@@ -64,6 +66,8 @@ PARTS_ALONE = (
     ("15. growth attribution against known truth (where memory grew, stack at peak)", "stack_attribution.py"),
     ("16. the daemon's whole cost on 12 bursty processes (itself + children, against a psutil poller)",
      "fleet_cost.py"),
+    ("17. command lines: ls/status/attach CPU against import psutil; memagent run's overhead, under two CPU hogs",
+     "cli_cost.py"),
 )
 PYTHONS = 20
 
