@@ -251,6 +251,17 @@ async def test_a_fast_leak_is_flagged_within_30_s(proc_tree: ProcTree, registry:
     assert "min at this pace" in alert.message
 
 
+async def test_a_leak_past_the_headroom_says_it_is_already_gone(proc_tree: ProcTree, registry: Registry,
+                                                               tmp_path: Path) -> None:
+    """A process growing on a box whose headroom it has already passed: the message says
+    so, where it said "gone in 0.0 min" (issue 28)."""
+    leaks = await run_leak(proc_tree, registry, tmp_path, steady_then(20 * MiB, base=2 * GiB), 60 + 40,
+                           capacity=1 * GiB)
+    _, alert = leaks[0]
+    assert alert.eta_seconds == 0 and "the headroom is already gone" in alert.message, alert.message
+    assert "0.0 min" not in alert.message
+
+
 async def test_a_slow_leak_is_flagged_within_10_min(proc_tree: ProcTree, registry: Registry, tmp_path: Path) -> None:
     """1 MiB/s (86 GiB a day) on a 24 GiB box: the headroom gone in ~6.7 h, within the
     24 h horizon; it must have grown 1% of that (~4 min). It was never flagged (1 h horizon)."""

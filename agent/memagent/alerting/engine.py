@@ -211,8 +211,10 @@ class AlertEngine:
             else:
                 # New memory is the process's own (anonymous, unshared): the growth counts
                 # in full, whatever share of its older pages it shares with others.
+                left = ("the headroom is already gone" if v.eta <= 0 else
+                        f"the headroom is gone in {_duration(v.eta)} at this pace")
                 message = (f"{printable(name)} ({w.pid}) grows {_size(int(v.per_minute))}/min over the last "
-                           f"{g.seconds:g} s; the headroom is gone in {_duration(v.eta)} at this pace")
+                           f"{g.seconds:g} s; {left}")
             critical = v.per_minute if v.leaking and v.eta is not None and v.eta <= c.leak_horizon / 6 else float("inf")
             self.book.evaluate(Reading(
                 AlertKind.LEAK, resource, v.per_minute if v.leaking else 0.0, float(c.leak_min_rate), critical,
@@ -282,4 +284,8 @@ def _size(n: int | None) -> str:
 
 
 def _duration(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 7200 else f"{seconds / 60:.1f} min"
+    """Hours past two, else minutes, else seconds (under 6 s, "0.1 min" rounded to "0.0 min"
+    read as "already gone" when it was not: issue 28)."""
+    if seconds >= 7200:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{max(1, round(seconds))} s"
