@@ -26,6 +26,7 @@ from memagent.gate.outputs import (
     markdown,
     read_report,
     report_json,
+    summary_lines,
 )
 from memagent.gate.run import Watch, exit_status
 from memproto.frames import Attached, Exited, Sample
@@ -117,6 +118,22 @@ def test_report_json_junit_and_step_summary_say_the_same_verdict() -> None:
     within = outcome([100 * MiB])
     assert ET.fromstring(junit_xml(within, budget, 0)).get("failures") == "0"
     assert "✅ within budget" in markdown(within, budget, 0)
+
+
+def test_an_over_budget_run_keeps_the_commands_own_exit_status_everywhere() -> None:
+    """The run exits 3, the command itself 0: both are told (issue 28: the step summary
+    said the command "exited 3", and --report had no field for its own status)."""
+    budget = RunBudget(rss=GiB, vram=None, per_process=False)
+    run = outcome([700 * MiB, 700 * MiB])
+    assert run.status == 0
+    report = report_json(run, budget, 3)
+    assert (report["exit_status"], report["command_exit_status"]) == (3, 0)
+    summary = markdown(run, budget, 3)
+    assert "exited 0 after" in summary and "memagent run exited 3" in summary
+    assert "the command itself exited 0" in summary_lines(run, budget, 3)[0]
+    within = outcome([100 * MiB])
+    assert "memagent run exited" not in markdown(within, budget, 0)
+    assert "itself" not in summary_lines(within, budget, 0)[0]
 
 
 # --------------------------------------------------------------------------- the watch

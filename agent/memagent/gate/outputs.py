@@ -147,8 +147,9 @@ def summary_lines(outcome: Outcome, budget: RunBudget, exit_status: int) -> list
     over = failures(outcome, budget)
     biggest = outcome.max_process
     verdict = " (over budget)" if excess(outcome, budget) else " (would not fit here)" if over else ""
+    own = f"; the command itself exited {outcome.status}" if outcome.status != exit_status else ""
     lines = [f"memagent run: {printable(' '.join(outcome.command))}: exit {exit_status}{verdict}"
-             + (", killed" if outcome.killed else "") + f" after {outcome.duration_s:.2f} s"]
+             + (", killed" if outcome.killed else "") + f" after {outcome.duration_s:.2f} s{own}"]
     lines.append(f"  Σ RSS peak {human_bytes(outcome.rss_peak_bytes)} over {len(outcome.processes)} "
                  f"process{'' if len(outcome.processes) == 1 else 'es'}"
                  + (f" (budget {human_bytes(budget.rss)}{' per process' if budget.per_process else ''})"
@@ -183,6 +184,9 @@ def report_json(outcome: Outcome, budget: RunBudget, exit_status: int) -> dict[s
     return {
         "command": outcome.command,
         "exit_status": exit_status,
+        #: CMD's own exit status (128 + n: killed by signal n; 126/127: could not be started),
+        #: kept when the run's is the over-budget status.
+        "command_exit_status": outcome.status,
         "over_budget": bool(excess(outcome, budget)),
         "budget_rss_bytes": budget.rss,
         "budget_vram_bytes": budget.vram,
@@ -220,7 +224,8 @@ def markdown(outcome: Outcome, budget: RunBudget, exit_status: int) -> str:
     cmd = printable(" ".join(outcome.command)).replace("`", "'")
     verdict = "❌ over budget" if excess(outcome, budget) else "❌ would not fit here" if over else "✅ within budget"
     rows = [f"### memagent run: {verdict}", "",
-            f"`{cmd}` exited {exit_status} after {outcome.duration_s:.1f} s", "",
+            f"`{cmd}` exited {outcome.status} after {outcome.duration_s:.1f} s"
+            + (f"; memagent run exited {exit_status}" if exit_status != outcome.status else ""), "",
             "| | peak | budget |", "|---|---|---|",
             f"| Σ RSS | {human_bytes(outcome.rss_peak_bytes)} | {human_bytes(budget.rss) if budget.rss else '-'} |",
             f"| VRAM | {human_bytes(outcome.vram_peak_bytes) if outcome.vram_peak_bytes is not None else '-'} | "
