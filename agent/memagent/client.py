@@ -35,6 +35,7 @@ from memproto.client_side import (
     check_server_hello,
     client_hello,
     decode_from_server,
+    denied_reason,
     no_daemon,
 )
 from memproto.frames import (
@@ -85,7 +86,7 @@ def connect(explicit: str | None = None, timeout: float | None = 10.0,
         except (DaemonNotRunning, CannotConnect) as exc:
             failures.append(exc)
         except PermissionError as exc:
-            failures.append(CannotConnect(path, exc.strerror or str(exc)))
+            failures.append(CannotConnect(path, denied_reason(path, exc.strerror or str(exc))))
     raise no_daemon(failures)
 
 

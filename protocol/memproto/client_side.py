@@ -11,11 +11,12 @@ daemon run as a dedicated user); anyone else may have put their own listener at 
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import socket
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final
 
 from .codec import UnknownFrameType, decode
@@ -165,6 +166,43 @@ class CannotConnect(ConnectionLost):
         #: What the other paths tried said, if any (:func:`no_daemon`).
         self.also = also
         super().__init__(f"cannot connect to {path}: {reason}" + (f"; {also}" if also else ""))
+
+
+def denied_reason(path: str, strerror: str, *, stat: Callable[[str], os.stat_result] = os.stat,
+                  groups: Callable[[], list[int]] = os.getgroups, user: str | None = None) -> str:
+    """Why ``connect`` to ``path`` was refused, in words that say what to do: the group
+    that may connect (the socket's, else its directory's, as the daemon's ``socket_group``
+    sets them) and the command an administrator adds a user to it with, or that this
+    session predates its membership (issue 28: "Permission denied" alone left a user
+    guessing). ``strerror`` alone when the group cannot be told."""
+    gid = None
+    for where in (path, os.path.dirname(path) or "."):
+        try:
+            gid = stat(where).st_gid
+            break
+        except OSError:
+            continue
+    if gid is None or gid == 0:
+        return strerror
+    try:
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return strerror
+    name = user or _user_name()
+    if gid in groups():
+        return f"{strerror} (you are in group {group.gr_name}: the socket's mode or a directory above it refuses it)"
+    if name in group.gr_mem:
+        return (f"{strerror}: connecting takes group {group.gr_name}, which you were added to after this session "
+                f"began (log in again, or: newgrp {group.gr_name})")
+    return (f"{strerror}: connecting takes group {group.gr_name} (an administrator adds you with: "
+            f"usermod -aG {group.gr_name} {name}; then log in again)")
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 class DaemonTimeout(ClientError, TimeoutError):

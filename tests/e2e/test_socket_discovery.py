@@ -8,6 +8,7 @@ credentials: the venv's interpreter is not reachable by that user)."""
 from __future__ import annotations
 
 import contextlib
+import grp
 import io
 import json
 import os
@@ -259,3 +260,21 @@ def test_a_listener_that_does_not_answer_ends_the_search_naming_its_path(
             assert c.path == d.socket
     finally:
         mute.close()
+
+
+def test_a_socket_of_another_group_says_which_group_and_how_to_join_it(
+    test_user: pwd.struct_passwd, system_daemon: Callable[..., Daemon]
+) -> None:
+    """A user outside the socket's group is told the group and the command that adds them
+    (issue 28: "Permission denied" alone, and nothing said "ask to be added to group ...")."""
+    try:
+        group = grp.getgrnam("daemon")
+    except KeyError:
+        pytest.skip("no group 'daemon' to give the socket")
+    assert test_user.pw_name not in group.gr_mem
+    system_daemon("--socket-group", group.gr_name)
+    code, _, err = cli_as(test_user, "ls")
+    assert code == 2, err
+    assert (f"cannot connect to {SYSTEM_SOCKET}: Permission denied: connecting takes group {group.gr_name} "
+            f"(an administrator adds you with: usermod -aG {group.gr_name} {test_user.pw_name}; then log in "
+            "again)") in err, err

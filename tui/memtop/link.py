@@ -49,6 +49,7 @@ from memproto.client_side import (
     check_server_hello,
     client_hello,
     decode_from_server,
+    denied_reason,
     no_daemon,
 )
 from memproto.frames import Error, Frame, Hello, History, ListProcesses, Status, Subscribe
@@ -90,7 +91,9 @@ class DaemonLink:
             raise DaemonNotRunning(self.path) from None
         except TimeoutError:
             raise
-        except OSError as exc:  # its mode or group keeps us out, a path too long: as the CLI's
+        except PermissionError as exc:  # its mode or group keeps us out: which group, and how to join it
+            raise CannotConnect(self.path, denied_reason(self.path, exc.strerror or str(exc))) from None
+        except OSError as exc:  # a path too long: as the CLI's
             raise CannotConnect(self.path, exc.strerror or str(exc)) from None
         self._writer = writer
         # Before a byte is sent: a daemon of root, of ours or of $MEMAGENT_DAEMON_UID, else
