@@ -89,6 +89,9 @@ class SegmentHeader(Frame):
     mem_total_bytes: int | None = None
     #: The segment's number in its recorder's sequence, from 1 (0: a client's recording).
     sequence: int = 0
+    #: The command a ``memagent run --record`` recording watched, as it was given (its title
+    #: in ``plot`` and ``report``); nil for a daemon's or ``memagent record``'s recording.
+    command: list[str] | None = None
 
 
 @wire

@@ -15,10 +15,15 @@ newline or a terminal escape: written as they are, they would forge a log line
   those left out), and the pick between a cut copy and the whole one: the flight
   recorder's keyframes carry an exited process's command line cut, its ``attached`` frame
   the whole one, and a reader that has both keeps the whole one.
+- :func:`display_name`: the one rule for naming a process to a person (messages, alerts,
+  legends, reports, memtop): its label, else the script or module a Python interpreter
+  runs (``serve_yolo.py``, ``-m pkg``), else its ``comm``.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 from typing import Final
 
@@ -83,3 +88,37 @@ def fuller_cmdline(new: Sequence[str], known: Sequence[str] | None) -> list[str]
     if known and _cut_of(new, known):
         return list(known)
     return list(new)
+
+
+#: An interpreter's program name: python, python3, python3.11, pypy3, python3.12d...
+_PYTHON = re.compile(r"^(python|pypy)(\d+(\.\d+)?)?[dmu]?$")
+#: Interpreter options that take the next argument (``-X dev``, ``-W error``).
+_WITH_ARG = frozenset({"-X", "-W", "--check-hash-based-pycs"})
+
+
+def script_of(cmdline: Sequence[str]) -> str | None:
+    """What a Python interpreter's command line runs: the script's file name
+    (``serve_yolo.py``), ``-m MODULE``, or None (not an interpreter, ``-c CODE``, a REPL)."""
+    if not cmdline or not _PYTHON.match(os.path.basename(cmdline[0])):
+        return None
+    args = iter(cmdline[1:])
+    for arg in args:
+        if arg == "-m" or (arg.startswith("-m") and len(arg) > 2 and not arg.startswith("--")):
+            module = next(args, None) if arg == "-m" else arg[2:]
+            return f"-m {module}" if module else None
+        if arg.startswith("-c") or arg == "-":
+            return None
+        if arg in _WITH_ARG:
+            next(args, None)
+            continue
+        if arg.startswith("-"):
+            continue
+        return os.path.basename(arg) or None
+    return None
+
+
+def display_name(label: str | None, name: str, cmdline: Sequence[str] = ()) -> str:
+    """How a process is named to a person: its label, else the script or module its Python
+    interpreter runs, else its ``comm`` (issue 28: ``python3 (pid 23612)`` said nothing).
+    Raw: the caller escapes it (:func:`printable`) where it is written."""
+    return label or script_of(cmdline) or name

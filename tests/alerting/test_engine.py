@@ -75,7 +75,7 @@ async def test_a_headroom_alert_fires_and_resolves_with_hysteresis(box: Box) -> 
     (fired,) = box.delivered
     assert (fired.kind, fired.resource, fired.state, fired.severity) == ("headroom", "host", "firing", "warning")
     assert fired.value == pytest.approx(0.92) and fired.unit == "ratio"
-    assert fired.contributors == [Contributor(TRAINER, "python3", 920 * MiB)]
+    assert fired.contributors == [Contributor(TRAINER, "-m train", 920 * MiB)]
     box.resize(TRAINER, 880 * MiB, now=1001.0)  # below 0.9, not below 0.9 * (1 - 0.05)
     await box.tick(1001.0)
     assert box.delivered == [fired]
@@ -154,7 +154,7 @@ async def test_an_oom_kill_is_inferred_from_a_sigkill_at_high_memory(
     (alert,) = oom
     assert (alert.pid, alert.resource, alert.state, alert.severity, alert.source) == (
         TRAINER, f"pid:{TRAINER}", "firing", "critical", source)
-    assert alert.value == rss and alert.contributors == [Contributor(TRAINER, "python3", rss)]
+    assert alert.value == rss and alert.contributors == [Contributor(TRAINER, "-m train", rss)]
     assert "killed by the OOM killer (inferred: SIGKILL at high memory)" in alert.message
     assert alert.details is not None and alert.details.startswith("last RSS per second: ")
     assert alert in box.engine.book.recent and not any(a.kind == "oom-kill" for a in box.engine.book.active.values())
@@ -193,7 +193,7 @@ async def test_a_resolved_alert_lists_the_contributors_of_when_it_resolved(box: 
     await box.tick(1001.0)
     resolved = box.delivered[-1]
     assert (resolved.state, resolved.id) == ("resolved", fired.id)
-    assert resolved.contributors == [Contributor(TRAINER, "python3", 500 * MiB)]
+    assert resolved.contributors == [Contributor(TRAINER, "-m train", 500 * MiB)]
     assert resolved.value == pytest.approx(0.5)
 
 

@@ -95,8 +95,11 @@ def test_every_column_renders_its_cell() -> None:
         "container": "llm-server", "ns_pid": "1",
     }
     assert {c.key: c.cell(r) for c in COLUMNS} == expected
-    gone = row(7, name="etl", alive=False, growth=None, stack_state=None)
+    gone = row(7, name="etl", cmdline=("etl",), alive=False, growth=None, stack_state=None)
     assert (BY_KEY["name"].cell(gone), BY_KEY["rss"].cell(gone)) == ("etl (exited)", "-")
+    # No label: the script a Python interpreter runs, not the interpreter (issue 28).
+    script = row(8, name="python3", label=None, cmdline=("/root/.pyenv/versions/3.11.7/bin/python3", "serve_yolo.py"))
+    assert BY_KEY["name"].cell(script) == "serve_yolo.py"
     assert (BY_KEY["growth"].cell(gone), BY_KEY["stack"].cell(gone), BY_KEY["peak"].cell(gone)) == ("", "", "200M")
 
 

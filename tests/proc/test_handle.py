@@ -189,6 +189,16 @@ def test_thread_cpu_tells_which_threads_ran_and_resident_bytes_the_rss() -> None
     sleeper.start()
     try:
         h = ProcFS().open(os.getpid())
+        # The sleeper runs a little between its start and its wait (longer on a loaded box):
+        # the test begins once its time has stopped moving.
+        first = h.thread_cpu()
+        settle = time.monotonic() + 5
+        while time.monotonic() < settle:
+            time.sleep(0.02)
+            again = h.thread_cpu()
+            if again.get(sleeper.native_id or 0) == first.get(sleeper.native_id or 0):
+                break
+            first = again
         first = h.thread_cpu()
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and h.thread_cpu()[spinner.native_id or 0] == first[spinner.native_id or 0]:

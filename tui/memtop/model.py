@@ -35,7 +35,7 @@ from memproto.frames import (
 from memproto.recording import HeadroomSnapshot, PeakStack, SegmentHeader, Thinned
 from memproto.records import Alert, DaemonStatus, GpuInfo, Headroom, ProcessInfo, ProcessSample, Series
 from memproto.series import PeakSeries
-from memproto.text import fuller_cmdline
+from memproto.text import display_name, fuller_cmdline
 from memproto.vocabulary import AlertKind, AlertState, StackState
 
 if TYPE_CHECKING:
@@ -85,7 +85,8 @@ class ProcRow:
 
     @property
     def display_name(self) -> str:
-        return self.label or self.name
+        """How the process is named to a person (:func:`memproto.text.display_name`)."""
+        return display_name(self.label, self.name, self.cmdline)
 
     def matches(self, needle: str) -> bool:
         needle = needle.lower()

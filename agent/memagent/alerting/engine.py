@@ -205,7 +205,7 @@ class AlertEngine:
             v = judge(g, lefts.get(w.key, host_left), c.leak_min_rate, c.leak_horizon, longest)
             self.rates[w.key] = max(0.0, g.rate) if g is not None else 0.0
             self.etas[w.key] = v.eta if v.eta is not None else math.inf
-            name = w.label or w.name
+            name = w.display
             if g is None or v.eta is None:
                 message = f"{printable(name)} ({w.pid}) is not growing"
             else:
@@ -235,7 +235,7 @@ class AlertEngine:
                 source = OomSource.INFERRED
         if source is None:
             return
-        name = w.label or w.name
+        name = w.display
         _, values = w.history.series(30)
         last = ", ".join(_size(v) for v in values[-10:])
         stack = self.stack_text(w)

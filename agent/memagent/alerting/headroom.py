@@ -145,4 +145,4 @@ def gpu_headroom(device: DeviceReading, watched: list[Watched], config: Headroom
 
 def _top(peaks: list[tuple[int, Watched]]) -> list[Contributor]:
     best = sorted(peaks, key=lambda pw: -pw[0])[:TOP]
-    return [Contributor(w.pid, w.label or w.name, p) for p, w in best]
+    return [Contributor(w.pid, w.display, p) for p, w in best]

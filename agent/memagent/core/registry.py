@@ -258,7 +258,7 @@ class Registry:
         if w.alive:
             w.handle.close()
         self._rebuild_alive()
-        log.info("detached %d (%s)", w.pid, printable(w.label or w.name))
+        log.info("detached %d (%s)", w.pid, printable(w.display))
         self.events.detached(w)
 
     def live(self, pid: int, may_watch: MayWatch = anyone) -> Watched:
@@ -318,7 +318,7 @@ class Registry:
         for w in gone:
             w.exit_signal = w.handle.exit_signal()  # a zombie still tells how it died
             w.mark_exited(now)
-            log.info("%d (%s) exited; peak %d bytes%s", w.pid, printable(w.label or w.name), w.peak,
+            log.info("%d (%s) exited; peak %d bytes%s", w.pid, printable(w.display), w.peak,
                      "" if w.peak_known_exact else " (no exit record: may have grown after the last read)")
         self._rebuild_alive()
         for w in gone:

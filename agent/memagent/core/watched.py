@@ -29,6 +29,7 @@ from typing import Any
 
 from memproto.records import SAMPLE_COLUMNS, Container, GpuUse, ProcessInfo, ProcessRef
 from memproto.series import PeakSeries
+from memproto.text import display_name
 
 from ..proc.cgroup_identity import CgroupIdentity, cgroup_path
 from ..proc.procfs import PAGE_SIZE, ProcessHandle
@@ -327,6 +328,11 @@ class Watched:
         self.hwm_at_reset = hwm_at_reset
         self.sampled_max = max(self.sampled_max, peak)
         self._build_row()
+
+    @property
+    def display(self) -> str:
+        """How it is named to a person (:func:`memproto.text.display_name`), unescaped."""
+        return display_name(self.label, self.name, self.cmdline)
 
     def info(self) -> ProcessInfo:
         """Everything known, as the wire's :class:`ProcessInfo` (lists copied: the record

@@ -308,10 +308,10 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
         agent.start()
         with _own_agent(), Client(agent.socket, timeout=AGENT_ANSWERS_WITHIN) as client:
             client.subscribe()
-            agent.attach_before_exec(child.pid, label="run")
+            agent.attach_before_exec(child.pid)  # no label: each process is named by its own command
             recording = None
             if args.record:
-                recording = RecordingWriter(client, create(args.record, False), args.record, [])
+                recording = RecordingWriter(client, create(args.record, False), args.record, [], command=argv)
                 recording.begin()
             watch = Watch(client, budget, recording, sentinel)
             exec_error = child.release()

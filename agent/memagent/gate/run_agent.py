@@ -222,7 +222,7 @@ class RunAgent(AgentThread):
         super().__init__(lambda socket: AgentConfig(socket=socket, interval=interval, headroom=RUN_HEADROOM),
                          prefix="memagent-run-", name="memagent-run-agent")
 
-    def attach_before_exec(self, pid: int, label: str) -> None:
+    def attach_before_exec(self, pid: int, label: str | None = None) -> None:
         """Watch ``pid`` and its descendants, a child held before its ``exec``: as a
         followed parent's child attached at its fork, its figures start afresh at that
         ``exec`` (its parent's image is not its memory). MemagentError if it cannot be."""

@@ -78,7 +78,7 @@ def report_json(tl: Timeline, paths: list[str], top: int) -> dict[str, Any]:
         sums = {"bytes": total, "time": when, "capacity_bytes": cap,
                 "ratio": round(total / cap, 4) if cap else None}
     tracks = tl.by_peak()
-    return {"source": paths, "host": tl.host, "interval": tl.interval, "segments": tl.segments,
+    return {"source": paths, "host": tl.host, "command": tl.command, "interval": tl.interval, "segments": tl.segments,
             "first_time": tl.first, "last_time": tl.last, "samples": len(tl.sum_peaks),
             "processes_total": len(tracks), "processes": [track_json(t, tl.interval) for t in tracks[:top]],
             "sum_peaks": sums, "alerts": alerts_json([a for a in tl.alerts if a.kind != AlertKind.OOM_KILL]),

@@ -122,6 +122,8 @@ class PlotData:
     sum_peaks: list[Point]
     capacity_bytes: int | None
     alerts: list[AlertMark] = field(default_factory=list)
+    #: What a ``memagent run --record`` recording watched: its title says so.
+    command: list[str] | None = None
 
     @property
     def has_vram(self) -> bool:
@@ -172,6 +174,7 @@ def plot_data(timeline: Timeline, buckets: int = DEFAULT_BUCKETS) -> PlotData | 
         p.colour = n
     return PlotData(
         host=timeline.host, interval=timeline.interval, first=timeline.first, last=timeline.last,
+        command=timeline.command,
         samples=len(timeline.sum_peaks), processes=processes, sum_peaks=decimate(timeline.sum_peaks, buckets),
         capacity_bytes=timeline.capacity_bytes,
         alerts=[AlertMark(a.id, a.time, a.kind, a.severity, a.state, a.message, a.pid) for a in timeline.alerts],
@@ -199,9 +202,15 @@ def tick_label(n: int) -> str:
 
 
 def title(data: PlotData) -> str:
-    """``memagent · HOST · 2026-11-30 14:00:00 → 14:30:00 (0:30:00)``, in local time."""
+    """``memagent · HOST · 2026-11-30 14:00:00 → 14:30:00 (0:30:00)``, in local time; a
+    ``memagent run --record`` recording's begins with its command (``memagent run: python
+    train.py · HOST · …``, the command cut to 80 characters)."""
     first, last = dt.datetime.fromtimestamp(data.first), dt.datetime.fromtimestamp(data.last)
     end = f"{last:%H:%M:%S}" if first.date() == last.date() else f"{last:%Y-%m-%d %H:%M:%S}"
     span = dt.timedelta(seconds=round(data.last - data.first))
     host = printable(data.host) or "unknown host"
-    return f"memagent · {host} · {first:%Y-%m-%d %H:%M:%S} → {end} ({span})"
+    what = "memagent"
+    if data.command:
+        command = printable(" ".join(data.command))
+        what = f"memagent run: {command if len(command) <= 80 else command[:79] + '…'}"
+    return f"{what} · {host} · {first:%Y-%m-%d %H:%M:%S} → {end} ({span})"

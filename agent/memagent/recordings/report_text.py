@@ -38,6 +38,8 @@ def text_lines(r: dict[str, Any]) -> list[str]:
     lines = [f"recording {where}: host {printable(r['host'])}, {_count(r['segments'], 'segment')}"]
     lines[0] += (f", {_clock(r['first_time'])} to {_clock(r['last_time'])} "
                  f"({_duration(r['last_time'] - r['first_time'])}, {r['samples']} samples)")
+    if r.get("command"):
+        lines.append(f"memagent run of: {printable(' '.join(r['command']))}")
     shown = len(r["processes"])
     lines.append(f"top {shown} of {_count(r['processes_total'], 'process')} by peak"
                  + (" (<=: reached before the window began, when exactly is not recorded):"

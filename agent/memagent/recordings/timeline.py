@@ -18,6 +18,7 @@ from memproto.fold import Fold, Key, ProcessFigures
 from memproto.frames import AlertRaised, Attached, Exited, Frame, Sample
 from memproto.recording import HeadroomSnapshot, PeakStack, SegmentHeader
 from memproto.records import Alert, StackDump
+from memproto.text import display_name
 from memproto.vocabulary import AlertKind
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -82,7 +83,8 @@ class Track:
 
     @property
     def title(self) -> str:
-        return self.label or self.name or str(self.pid)
+        """How the process is named in a legend or a report (:func:`memproto.text.display_name`)."""
+        return display_name(self.label, self.name, self.cmdline) or str(self.pid)
 
     def take(self, figures: ProcessFigures) -> None:
         """The peaks and the exit as the fold has them at the end of the pass."""
@@ -98,6 +100,8 @@ class Timeline:
 
     host: str = ""
     interval: float = 0.0
+    #: What a ``memagent run --record`` recording watched (its header's ``command``).
+    command: list[str] | None = None
     first: float | None = None
     last: float | None = None
     tracks: dict[Key, Track] = field(default_factory=dict)
@@ -172,6 +176,7 @@ def _add_other(tl: Timeline, frame: Frame, inside: Callable[[float], bool], want
     if isinstance(frame, SegmentHeader):
         tl.segments += 1
         tl.host, tl.interval = frame.host, frame.interval
+        tl.command = frame.command or tl.command
         tl.capacity_bytes = frame.mem_total_bytes or tl.capacity_bytes
     elif isinstance(frame, AlertRaised):
         if inside(frame.alert.time) and (want.everyone or frame.alert.pid is None

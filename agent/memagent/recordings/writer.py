@@ -81,8 +81,10 @@ def create(path: str, force: bool) -> int:
 class RecordingWriter:
     """One client's recording in progress: a subscribed client, a segment writer, a file."""
 
-    def __init__(self, client: Client, fd: int, path: str, pids: list[int]) -> None:
+    def __init__(self, client: Client, fd: int, path: str, pids: list[int], command: list[str] | None = None) -> None:
         self.client, self.fd, self.path = client, fd, path
+        #: ``memagent run``'s CMD, written in the header (the recording's title).
+        self.command = command
         self.pids = set(pids)
         self.counts = Counts()
         self.writer: SegmentWriter | None = None
@@ -105,7 +107,7 @@ class RecordingWriter:
         header = SegmentHeader(format=FORMAT_VERSION, host=socket.gethostname(), start_time=time.time(),
                                interval=hello.interval or status.interval, version=list(hello.version),
                                software=status.software, source="client", pid=status.pid,
-                               mem_total_bytes=status.host.total_bytes, sequence=0)
+                               mem_total_bytes=status.host.total_bytes, sequence=0, command=self.command)
         self.writer = SegmentWriter(header)
         self._write(self.writer.header_bytes())
         for p in processes:
