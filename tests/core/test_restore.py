@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
+
+import pytest
+from proctree import TRAINER
 
 from memagent.core.registry import Registry
 from memagent.core.restore import Saved, restore
@@ -38,3 +42,13 @@ def test_a_file_from_before_the_gpu_peak_was_kept_still_loads() -> None:
     old = saved().to_json()
     del old["vram_peak"]
     assert Saved.from_json(json.loads(json.dumps(old))).vram_peak is None
+
+
+def test_the_daemons_lines_give_sizes_and_times_for_people(registry: Registry,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """INFO lines say "peak 1.50 GiB" and a local time, not raw bytes and epoch seconds (issue 28)."""
+    w = registry.attach(TRAINER)[0]
+    with caplog.at_level(logging.INFO, logger="memagent"):
+        registry.mark_exited([w], 1000.0)
+    line = next(r.getMessage() for r in caplog.records if "exited; peak" in r.getMessage())
+    assert "iB" in line.split("peak ")[1] and " bytes" not in line, line

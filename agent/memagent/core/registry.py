@@ -15,6 +15,7 @@ from typing import Protocol
 
 from memproto.series import PeakSeries
 from memproto.text import printable
+from memproto.units import format_size
 
 from ..errors import AccessDenied, MemagentError, NoSuchProcess
 from ..proc.cgroup_identity import parse_cgroup_identity
@@ -203,8 +204,8 @@ class Registry:
         w.take_exit_hwm(hwm)
         w.mark_exited(now)
         self.insert_exited(w)
-        log.info("%d (%s) exited before it could be opened; peak %d bytes (its exit record)", pid,
-                 printable(label or name), hwm)
+        log.info("%d (%s) exited before it could be opened; peak %s (its exit record)", pid,
+                 printable(label or name), format_size(hwm, long=True))
         return w
 
     def new_history(self) -> PeakSeries:
@@ -318,7 +319,7 @@ class Registry:
         for w in gone:
             w.exit_signal = w.handle.exit_signal()  # a zombie still tells how it died
             w.mark_exited(now)
-            log.info("%d (%s) exited; peak %d bytes%s", w.pid, printable(w.display), w.peak,
+            log.info("%d (%s) exited; peak %s%s", w.pid, printable(w.display), format_size(w.peak, long=True),
                      "" if w.peak_known_exact else " (no exit record: may have grown after the last read)")
         self._rebuild_alive()
         for w in gone:

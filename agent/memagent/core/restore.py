@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any
 
 from memproto.text import label_problem, printable
+from memproto.units import format_size
 
 from ..errors import MemagentError
 from ..proc.lifecycle import GoneHandle
@@ -130,7 +132,8 @@ def _reattach(registry: Registry, s: Saved) -> bool:
     w.label_trusted = s.label_trusted
     w.attached_at = s.attached_at
     w.keep_window(s.peak_since, s.hwm_at_reset, s.peak)
-    log.info("restored %d (%s), peak %d bytes since %.0f", s.pid, printable(s.label or s.name), w.peak, s.peak_since)
+    log.info("restored %d (%s), peak %s since %s", s.pid, printable(s.label or s.name), format_size(w.peak, long=True),
+             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.peak_since)))
     return True
 
 
@@ -146,8 +149,8 @@ def _add_exited(registry: Registry, s: Saved, now: float) -> None:
     if s.vram_peak is not None:  # one figure for all its GPUs, sampled as far as we know now
         w.vram_peaks = {-1: [s.vram_peak, False]}
     if s.alive:
-        log.info("%d (%s) ended while the daemon was down; last known peak %d bytes", s.pid,
-                 printable(s.label or s.name), s.peak)
+        log.info("%d (%s) ended while the daemon was down; last known peak %s", s.pid,
+                 printable(s.label or s.name), format_size(s.peak, long=True))
     elif s.peak_exact:
         w.exit_hwm = s.peak
     w.mark_exited(now if s.alive or s.exited_at is None else s.exited_at)
