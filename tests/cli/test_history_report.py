@@ -163,7 +163,7 @@ def test_report_lists_peaks_stack_sum_alerts_and_oom_kills(rec: Rec, capsys: pyt
     # Σ peaks (of the live processes) is highest at B's last live tick: A's peak held, B at its highest.
     highest = 500 * MiB + rss_b(EXIT_TICK - 1) + 10 * MiB
     assert r["sum_peaks"] == {"bytes": highest, "time": at(EXIT_TICK - 1), "capacity_bytes": 8 * GiB,
-                              "ratio": round(highest / (8 * GiB), 4)}
+                              "ratio": round(highest / (8 * GiB), 4), "capacity_source": "ram", "ram_bytes": 8 * GiB}
     # One entry per alert: when it fired, its worst level, its last state; the OOM kill apart.
     (headroom,) = r["alerts"]
     assert {k: headroom[k] for k in ("id", "kind", "severity", "state", "time", "last_time")} == \
@@ -179,7 +179,7 @@ def test_report_text_for_people(rec: Rec, capsys: pytest.CaptureFixture[str]) ->
     assert "top 2 of 3 processes by peak:" in out
     assert "train" in out and "500 MiB" in out and "idle" not in out
     assert "alloc (train.py:42)" in out and "stack at the peak" in out
-    assert "highest Σ peaks:" in out and "of 8.00 GiB capacity" in out
+    assert "highest Σ peaks:" in out and "of 8.00 GiB RAM" in out  # no headroom snapshot: the RAM stands in
     assert "critical headroom [host] firing -> resolved" in out
     assert "OOM kills: 1" in out and "pid 202" in out
 

@@ -41,7 +41,7 @@ def test_100k_points_render_in_reasonable_time() -> None:
     track = Track(pid=7, start_time=T0, name="big", times=[T0 + i * 0.5 for i in range(n)], rss=rss,
                   vram=[None] * n, peak_bytes=max(rss), peak_time=T0 + 77_777 * 0.5)
     tl = Timeline(host="big", interval=0.5, first=T0, last=track.times[-1], tracks={track.key: track},
-                  sum_peaks=list(zip(track.times, track.rss, strict=True)), capacity_bytes=None)
+                  sum_peaks=list(zip(track.times, track.rss, strict=True)))
     start = time.monotonic()
     data = plot_data(tl)
     assert data is not None

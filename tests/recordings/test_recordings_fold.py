@@ -76,7 +76,8 @@ def test_the_report_data_names_the_peaks_the_sum_and_each_alert_once() -> None:
     r = report_json(tl, ["run.mrec"], top=1)
     assert r["processes_total"] == 2 and [p["pid"] for p in r["processes"]] == [1]
     assert r["processes"][0]["peak_before_window"] is False
-    assert r["sum_peaks"] == {"bytes": 3 * GiB, "time": T0 + 3, "capacity_bytes": 8 * GiB, "ratio": 0.375}
+    assert r["sum_peaks"] == {"bytes": 3 * GiB, "time": T0 + 3, "capacity_bytes": 8 * GiB, "ratio": 0.375,
+                              "capacity_source": "ram", "ram_bytes": 8 * GiB}
     only, = r["alerts"]
     assert (only["severity"], only["state"], only["time"], only["last_time"]) == ("critical", "resolved", T0 + 2,
                                                                                   T0 + 4)
@@ -96,3 +97,27 @@ def test_the_writer_refuses_an_existing_file_and_a_directory(tmp_path: Path) -> 
     with pytest.raises(CommandFailed) as directory:
         check_output(str(tmp_path), force=True)
     assert directory.value.code == "cannot-write" and directory.value.status == 1
+
+
+def test_the_capacity_the_daemon_judged_with_is_the_reports_and_the_plots() -> None:
+    """A configured 4 GiB capacity on an 8 GiB box: the report and the plot judge Σ peaks
+    against 4 GiB, say it is the configured one and give the RAM beside it (issue 28: the
+    report said 8 GiB while the daemon's alerts in it said 4)."""
+    from memagent.recordings.plot_data import plot_data
+    from memagent.recordings.report_text import text_lines
+    from memproto.recording import HeadroomSnapshot
+    from memproto.records import Headroom, HostMemory
+
+    host = Headroom(resource="host", name="host memory", capacity_bytes=4 * GiB, sum_peaks_bytes=3 * GiB, ratio=0.75,
+                    limit_bytes=8 * GiB, reserve_bytes=0, unwatched_bytes=0, configured=True, top=[])
+    snapshot = HeadroomSnapshot(T0 + 1, HostMemory(8 * GiB, 6 * GiB, 0, 0), [host])
+    tl = build_timeline([*frames()[:4], snapshot, *frames()[4:]])
+    assert (tl.capacity_bytes, tl.capacity_configured, tl.ram_bytes) == (4 * GiB, True, 8 * GiB)
+    r = report_json(tl, ["x.mrec"], 5)
+    assert r["sum_peaks"]["capacity_bytes"] == 4 * GiB and r["sum_peaks"]["ratio"] == 0.75
+    assert r["sum_peaks"]["capacity_source"] == "configured"
+    line = next(x for x in text_lines(r) if x.startswith("highest Σ peaks"))
+    assert "of 4.00 GiB configured capacity (75%; host RAM 8.00 GiB)" in line, line
+    data = plot_data(tl)
+    assert data is not None and data.show_capacity()
+    assert data.capacity_words() == "capacity 4.00 GiB (configured; host RAM 8.00 GiB)"

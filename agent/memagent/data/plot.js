@@ -213,7 +213,7 @@
     }
     legendItem("#333", "\u03a3 peaks", "the sum of the peaks of the processes alive at each sample", "sum", true);
     if (data.capacity_bytes !== null) {
-      legendItem("#000", "capacity " + formatSize(data.capacity_bytes) + (data.capacity_shown ? "" : " (off the scale)"),
+      legendItem("#000", (data.capacity_words || ("capacity " + formatSize(data.capacity_bytes))) + (data.capacity_shown ? "" : " (off the scale)"),
                  "the host's memory", null, false);
     }
     for (const a of data.alerts) {

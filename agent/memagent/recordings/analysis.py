@@ -76,7 +76,12 @@ def report_json(tl: Timeline, paths: list[str], top: int) -> dict[str, Any]:
         when, total = highest
         cap = tl.capacity_bytes
         sums = {"bytes": total, "time": when, "capacity_bytes": cap,
-                "ratio": round(total / cap, 4) if cap else None}
+                "ratio": round(total / cap, 4) if cap else None,
+                #: Where the capacity comes from: "configured" ([host] capacity), "derived"
+                #: (the daemon's RAM - reserve - unwatched), "ram" (no headroom recorded).
+                "capacity_source": ("configured" if tl.capacity_configured else "derived")
+                if tl.judged_capacity_bytes is not None else "ram",
+                "ram_bytes": tl.ram_bytes}
     tracks = tl.by_peak()
     return {"source": paths, "host": tl.host, "command": tl.command, "interval": tl.interval, "segments": tl.segments,
             "first_time": tl.first, "last_time": tl.last, "samples": len(tl.sum_peaks),

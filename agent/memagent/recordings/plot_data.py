@@ -122,6 +122,10 @@ class PlotData:
     sum_peaks: list[Point]
     capacity_bytes: int | None
     alerts: list[AlertMark] = field(default_factory=list)
+    #: The capacity is the configured ``[host] capacity`` (always drawn), and the host's RAM
+    #: (said beside it where it differs).
+    capacity_configured: bool = False
+    ram_bytes: int | None = None
     #: What a ``memagent run --record`` recording watched: its title says so.
     command: list[str] | None = None
 
@@ -147,7 +151,17 @@ class PlotData:
         """Whether the capacity line is drawn (over the Σ peaks): only when they reach a
         quarter of it. A 1 GiB job on a 512 GiB host would otherwise be a flat line at the
         bottom of its panel; the legend then gives the capacity in words instead."""
-        return self.capacity_bytes is not None and self.sum_top * 4 >= self.capacity_bytes
+        if self.capacity_bytes is None:
+            return False
+        return self.capacity_configured or self.sum_top * 4 >= self.capacity_bytes
+
+    def capacity_words(self) -> str:
+        """``capacity 5 GiB (configured; host RAM 23.5 GiB)``: what the line stands for."""
+        assert self.capacity_bytes is not None
+        notes = ["configured"] if self.capacity_configured else []
+        if self.ram_bytes and self.ram_bytes != self.capacity_bytes:
+            notes.append(f"host RAM {format_size(self.ram_bytes, long=True)}")
+        return f"capacity {format_size(self.capacity_bytes, long=True)}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _series(track: Track, buckets: int) -> ProcessSeries:
@@ -176,7 +190,8 @@ def plot_data(timeline: Timeline, buckets: int = DEFAULT_BUCKETS) -> PlotData | 
         host=timeline.host, interval=timeline.interval, first=timeline.first, last=timeline.last,
         command=timeline.command,
         samples=len(timeline.sum_peaks), processes=processes, sum_peaks=decimate(timeline.sum_peaks, buckets),
-        capacity_bytes=timeline.capacity_bytes,
+        capacity_bytes=timeline.capacity_bytes, capacity_configured=timeline.capacity_configured,
+        ram_bytes=timeline.ram_bytes,
         alerts=[AlertMark(a.id, a.time, a.kind, a.severity, a.state, a.message, a.pid) for a in timeline.alerts],
     )
 

@@ -84,6 +84,7 @@ def payload(data: PlotData) -> dict[str, object]:
         "samples": data.samples,
         "capacity_bytes": data.capacity_bytes,
         "capacity_shown": data.show_capacity(),
+        "capacity_words": data.capacity_words() if data.capacity_bytes is not None else None,
         "sum_peaks": [[t, b] for t, b in data.sum_peaks],
         "processes": [_process(p) for p in data.processes],
         "alerts": [{"id": a.id, "time": a.time, "kind": a.kind, "severity": a.severity, "state": a.state,

@@ -136,7 +136,7 @@ def _box(data: PlotData, ax: Axes) -> None:
     top = data.sum_top
     if data.show_capacity() and data.capacity_bytes is not None:
         line = ax.axhline(data.capacity_bytes, color="black", linewidth=1.2, linestyle="-.", zorder=4,
-                          label=f"capacity {format_size(data.capacity_bytes, long=True)}")
+                          label=data.capacity_words())
         line.set_gid("capacity")
         top = max(top, data.capacity_bytes)
     _bytes_axis(ax, top, "Σ peaks", room=1.08)
@@ -173,8 +173,7 @@ def _legend_extras(data: PlotData) -> list[tuple[Line2D, str]]:
     if hidden:
         extras.append((Line2D([], [], color=OTHERS, linewidth=0.8), f"{hidden} more (lower peaks)"))
     if data.capacity_bytes is not None and not data.show_capacity():
-        extras.append((Line2D([], [], linestyle="none"),
-                       f"capacity {format_size(data.capacity_bytes, long=True)} (off the scale)"))
+        extras.append((Line2D([], [], linestyle="none"), f"{data.capacity_words()} (off the scale)"))
     extras.append((Line2D([], [], marker="v", color="#555555", linestyle="none"), "peak"))
     if any(p.exited_at is not None for p in data.processes):
         extras.append((Line2D([], [], marker="X", color="#555555", linestyle="none"), "exit"))

@@ -62,7 +62,11 @@ def text_lines(r: dict[str, Any]) -> list[str]:
                          for f in stack["frames"][:STACK_FRAMES])
     s = r["sum_peaks"]
     if s is not None:
-        cap = (f" of {human_bytes(s['capacity_bytes'])} capacity ({s['ratio']:.0%})"
+        source = s.get("capacity_source")
+        what = {"configured": "configured capacity", "derived": "capacity", "ram": "RAM"}.get(source, "capacity")
+        ram = (f"; host RAM {human_bytes(s['ram_bytes'])}"
+               if s.get("ram_bytes") and s["ram_bytes"] != s["capacity_bytes"] else "")
+        cap = (f" of {human_bytes(s['capacity_bytes'])} {what} ({s['ratio']:.0%}{ram})"
                if s["capacity_bytes"] and s["ratio"] is not None else "")
         lines.append(f"highest Σ peaks: {human_bytes(s['bytes'])} at {_clock(s['time'])}{cap}")
     lines.append(f"alerts: {len(r['alerts']) or 'none'}")

@@ -19,7 +19,7 @@ from memproto.frames import AlertRaised, Attached, Exited, Frame, Sample
 from memproto.recording import HeadroomSnapshot, PeakStack, SegmentHeader
 from memproto.records import Alert, StackDump
 from memproto.text import display_name
-from memproto.vocabulary import AlertKind
+from memproto.vocabulary import AlertKind, Resource
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
@@ -108,12 +108,25 @@ class Timeline:
     #: At each sample: its time and the sum of the peaks of the processes alive then.
     sum_peaks: list[tuple[float, int]] = field(default_factory=list)
     #: The host's RAM (from the segment headers and headroom snapshots).
-    capacity_bytes: int | None = None
+    ram_bytes: int | None = None
+    #: The host headroom's capacity as the daemon judged Σ peaks against it, from the
+    #: headroom snapshots in the window (the last one's; the configured ``[host] capacity``
+    #: when set): None when the window holds no snapshot (the RAM stands in).
+    judged_capacity_bytes: int | None = None
+    #: Whether that capacity is the configured ``[host] capacity``.
+    capacity_configured: bool = False
     alerts: list[Alert] = field(default_factory=list)
     headroom: list[HeadroomSnapshot] = field(default_factory=list)
     #: What the reader skipped (damaged frames), one line each.
     damage: list[str] = field(default_factory=list)
     segments: int = 0
+
+    @property
+    def capacity_bytes(self) -> int | None:
+        """What Σ peaks is judged against: the daemon's own capacity where recorded, else
+        the host's RAM (issue 28: a report judged against the RAM while the daemon's
+        alerts, in the same report, judged against the configured capacity)."""
+        return self.judged_capacity_bytes if self.judged_capacity_bytes is not None else self.ram_bytes
 
     @property
     def oom_kills(self) -> list[Alert]:
@@ -177,7 +190,7 @@ def _add_other(tl: Timeline, frame: Frame, inside: Callable[[float], bool], want
         tl.segments += 1
         tl.host, tl.interval = frame.host, frame.interval
         tl.command = frame.command or tl.command
-        tl.capacity_bytes = frame.mem_total_bytes or tl.capacity_bytes
+        tl.ram_bytes = frame.mem_total_bytes or tl.ram_bytes
     elif isinstance(frame, AlertRaised):
         if inside(frame.alert.time) and (want.everyone or frame.alert.pid is None
                                          or frame.alert.pid in want.pids or want.labels):
@@ -189,7 +202,10 @@ def _add_other(tl: Timeline, frame: Frame, inside: Callable[[float], bool], want
     elif isinstance(frame, HeadroomSnapshot):
         if inside(frame.time):
             tl.headroom.append(frame)
-            tl.capacity_bytes = frame.host.total_bytes or tl.capacity_bytes
+            tl.ram_bytes = frame.host.total_bytes or tl.ram_bytes
+            host = next((h for h in frame.headroom if h.resource == Resource.HOST), None)
+            if host is not None and host.capacity_bytes:
+                tl.judged_capacity_bytes, tl.capacity_configured = host.capacity_bytes, host.configured
 
 
 def _add_sample(tl: Timeline, frame: Sample, fold: Fold, want: _Filter) -> None:
