@@ -20,6 +20,7 @@ import queue
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tarfile
@@ -195,6 +196,35 @@ def test_as_root_install_sh_installs_the_service_with_memagent_install_service(i
     assert f"\nExecStart={installed}/bin/memagent daemon " in unit.read_text()
 
 
+def _private_above(path: str) -> str | None:
+    """The first directory above ``path`` (resolved) that other users may not enter."""
+    parts = os.path.realpath(path).split(os.sep)
+    for i in range(2, len(parts)):
+        here = os.sep.join(parts[:i])
+        if not os.stat(here).st_mode & stat.S_IXOTH:
+            return here
+    return None
+
+
+def test_as_root_the_interpreter_chosen_is_one_every_user_can_run(installed: Path) -> None:
+    """With a pyenv under root's home first on PATH, install.sh takes the system's
+    interpreter (issue 28: every non-root user got "Permission denied", exit 126)."""
+    if os.geteuid() != 0:
+        pytest.skip("the interpreter is checked as root only")
+    assert _private_above(str(installed / "bin" / "python")) is None, os.path.realpath(installed / "bin" / "python")
+
+
+def test_as_root_an_interpreter_other_users_cannot_run_is_refused(bundle: Path, tmp_path: Path) -> None:
+    private = _private_above(sys.executable)
+    if os.geteuid() != 0 or private is None:
+        pytest.skip("needs root and an interpreter under a directory other users may not enter")
+    r = subprocess.run([str(bundle / "install.sh"), "--prefix", str(tmp_path / "m"), "--no-service", "--python",
+                        sys.executable], env=offline_env(), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1 and not (tmp_path / "m").exists(), r.stdout + r.stderr
+    assert f"cannot be run by other users ({os.path.realpath(sys.executable)} is under {private}" in r.stderr, r.stderr
+    assert "--python" in r.stderr and "--private" in r.stderr
+
+
 def test_the_installed_readme_and_its_links_are_in_the_environment(installed: Path) -> None:
     docs = installed / "share" / "doc" / "memagent"
     assert (docs / "README.md").read_text() == (ROOT / "README.md").read_text()
@@ -258,7 +288,7 @@ def test_a_bundle_for_python_3_10_installs_and_runs_under_python_3_10(tmp_path: 
     bundle = unpack(make_bundle(tmp_path / "dist", "--python-version", "3.10"), tmp_path)
     assert bundle.name.endswith("-py310")
     prefix = tmp_path / "memagent"
-    install(bundle, prefix, "--python", python, "--bindir", "")
+    install(bundle, prefix, "--python", python, "--bindir", "", "--private")  # a pyenv's may be root's alone
     imported = run([prefix / "bin" / "python", "-c", IMPORT_ALL])
     assert imported.returncode == 0 and imported.stdout.startswith("(3, 10)"), imported.stderr
     # tomllib is 3.11's: the configuration is read with the tomli backport, a 3.10-only dependency.
