@@ -86,11 +86,13 @@ def test_over_budget_exits_3_and_names_the_allocating_function(tmp_path: Path) -
     assert r.returncode == 3, r.stderr
     assert "over budget" in r.stderr and "Traceback" not in r.stderr
     data = json.loads(report.read_text())
-    assert set(data) == {"command", "exit_status", "over_budget", "budget_rss_bytes", "budget_vram_bytes",
+    assert set(data) == {"command", "exit_status", "command_exit_status", "over_budget", "budget_rss_bytes",
+                         "budget_vram_bytes",
                          "rss_peak_bytes", "max_process_rss_peak_bytes", "vram_peak_bytes", "duration_s",
                          "processes", "growth_sites", "fits", "kernel_max_rss_bytes"}
     assert data["fits"] is None  # no --fits
     assert data["exit_status"] == 3 and data["over_budget"] is True
+    assert data["command_exit_status"] == 0  # the command itself succeeded
     assert data["budget_rss_bytes"] == 200 * MiB
     assert data["rss_peak_bytes"] >= 300 * MiB and data["max_process_rss_peak_bytes"] >= 300 * MiB
     (proc,) = data["processes"]
