@@ -82,7 +82,8 @@ class Agent:
         )
         self.groups = Groups(self.registry, config.max_rules_per_uid, config.max_rules)
         self.scanner = Scanner(self.registry, config.auto, label=config.auto_label, groups=self.groups,
-                               cmdline=config.auto_cmdline, trusted_uids=resolve_users(config.auto_trusted_users))
+                               cmdline=config.auto_cmdline, trusted_uids=resolve_users(config.auto_trusted_users),
+                               wrappers=config.auto_wrappers)
         self.ticker = Ticker(config.interval, self.on_tick)
         self._scan_every = max(1, round(config.scan_interval / config.interval))
         self.stacks = StackCollector(config.stacks, on_state=self._stack_state, on_peak_stack=self._peak_stack)
@@ -278,10 +279,10 @@ class Agent:
         c = self.config
         copy_live(c, new)  # the top-level keys, in place: the status report holds this object
         self.sampler.status_every = self.gpu.exact_every = max(1, round(c.status_refresh / c.interval))
-        if {"auto", "auto_cmdline", "auto_label"} & set(applied):  # a new scanner looks at every process again
+        if {"auto", "auto_cmdline", "auto_label", "auto_wrappers"} & set(applied):  # a new scanner looks again
             self.scanner = self.process_events.scanner = Scanner(
                 self.registry, c.auto, label=c.auto_label, groups=self.groups, cmdline=c.auto_cmdline,
-                trusted_uids=trusted_uids, given=self.scanner.given)
+                trusted_uids=trusted_uids, given=self.scanner.given, wrappers=c.auto_wrappers)
         elif "auto_trusted_users" in applied:
             self.scanner.retrust(trusted_uids)
         self.groups.max_per_uid, self.groups.max_rules = c.max_rules_per_uid, c.max_rules  # kept ones stay

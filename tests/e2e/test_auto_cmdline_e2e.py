@@ -287,3 +287,37 @@ def test_check_config_decides_by_structure(tmp_path: Path) -> None:
     for _ in range(3):
         r = memagent_cli("check-config", str(cfg))
         assert r.returncode == 0, r.stderr
+
+
+def _children(pid: int) -> list[int]:
+    return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_wrappers_are_passed_over_when_their_child_matches(start_daemon: Callable[..., Daemon], spawn: Spawn,
+                                                           scripts: Path) -> None:
+    """``sh -c "python3 serve_bert.py; …"`` and ``timeout 300 python3 serve_llama.py``: the
+    command lines of ``sh`` and ``timeout`` hold the model's too, but only the Python
+    processes are attached (issue 28: extra rows, series and label sums for the wrappers);
+    a wrapper whose child does not match is attached as itself, after its waiting scans."""
+    d = daemon(start_daemon, "--auto-cmdline", r"re:serve_(\w+)\.py")
+    shell = spawn("sh", "-c", f"{sys.executable} {scripts / 'serve_bert.py'}; true")
+    timer = spawn("timeout", "300", sys.executable, str(scripts / "serve_llama.py"))
+    alone = spawn("sh", "-c", "sleep 300; true", "serve_alone.py")  # its child, sleep, does not match
+    bert = poll("sh's child", lambda: _children(shell.pid))[0]
+    llama = poll("timeout's child", lambda: _children(timer.pid))[0]
+    got = having(d, "the models and the lone wrapper attached", bert, llama, alone.pid)
+    assert (got[bert]["label"], got[llama]["label"], got[alone.pid]["label"]) == ("bert", "llama", "alone")
+    assert shell.pid not in got and timer.pid not in got
+    time.sleep(2.5)  # two more scans (one a second): still passed over
+    assert {shell.pid, timer.pid}.isdisjoint(ls(d))
+
+
+def test_auto_wrappers_empty_attaches_wrappers_as_any(start_daemon: Callable[..., Daemon], spawn: Spawn,
+                                                      scripts: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "m.toml"
+    cfg.write_text('auto_cmdline = ["re:serve_(\\\\w+)\\\\.py"]\nauto_wrappers = []\n')
+    d = daemon(start_daemon, "--config", str(cfg))
+    shell = spawn("sh", "-c", f"{sys.executable} {scripts / 'serve_bert.py'}; true")
+    bert = poll("sh's child", lambda: _children(shell.pid))[0]
+    got = having(d, "the wrapper and its child", shell.pid, bert)
+    assert got[shell.pid]["label"] == got[bert]["label"] == "bert"

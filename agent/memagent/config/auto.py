@@ -61,6 +61,11 @@ BUILTINS = ("comm", "exe", "container", "unit", "pid")
 #: and the systemd unit. Every other value (``comm``, ``exe``, ``pid``, a regex group) is
 #: the user's to choose, and so is the match itself.
 ROOT_FACTS = frozenset({"container", "unit"})
+#: ``auto_wrappers``' default: programs that start another and wait for it (or exec it
+#: later), whose command line holds their child's (``runuser -u models -- sh -c "exec
+#: python3 serve.py"``).
+DEFAULT_WRAPPERS = ("sh", "bash", "dash", "zsh", "su", "sudo", "runuser", "setpriv", "env", "timeout", "nice",
+                    "ionice", "nohup", "stdbuf", "taskset", "chrt", "numactl", "tini", "dumb-init")
 _NAME = re.compile(r"[0-9]+|[A-Za-z_][A-Za-z0-9_]*")
 #: An ID that names no user (the kernel's (uid_t)-1 is "none").
 MAX_UID = 2**32 - 2

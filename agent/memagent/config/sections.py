@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .auto import check_cmdline_patterns, check_names_list, check_template, check_users
+from .auto import DEFAULT_WRAPPERS, check_cmdline_patterns, check_names_list, check_template, check_users
 from .checks import (
     RESERVED_FOR_ADMINS,
     Choice,
@@ -245,6 +245,14 @@ class AgentConfig:
         flag=flag("--auto-cmdline", metavar="PATTERN", repeat=True,
                   help="attach every process whose command line matches (repeatable): a glob, e.g. '*serve.py*', "
                        "or 're:REGEX' whose groups feed --auto-label (docs/containers.md)"))
+    #: Programs that only start another (sh -c, runuser, env, ...): not attached by a
+    #: command-line pattern when a child of theirs matches it too ([] attaches them as any).
+    auto_wrappers: list[str] = key(
+        "auto_wrappers", check_names_list, list(DEFAULT_WRAPPERS), reload=LIVE,
+        shown_default="sh bash dash zsh su sudo runuser setpriv env timeout nice ionice nohup stdbuf taskset "
+                      "chrt numactl tini dumb-init",
+        doc="Names of wrapper programs: a wrapper whose command line matches `auto_cmdline` is not attached when "
+            "its own child matches too (containers.md).")
     #: Label template of auto-attached processes (None: a regex's first group, else none).
     auto_label: str | None = key(
         "auto_label", check_template, None, reload=LIVE, shown_default="none: a `re:` match's first group",

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 from memproto.text import label_problem, printable
 
-from ..config.auto import MAX_CMDLINE, ROOT_FACTS, check_total, compile_cmdline, parse_template
+from ..config.auto import DEFAULT_WRAPPERS, MAX_CMDLINE, ROOT_FACTS, check_total, compile_cmdline, parse_template
 from ..errors import ConfigError, MemagentError
 from ..proc.cgroup_identity import delegated_to
 from ..proc.procfs import ProcFS
@@ -75,6 +75,8 @@ class Found:
 
     groups: dict[str, str]
     exe: str | None
+    #: Matched by a command-line pattern (a wrapper's command line holds its child's).
+    by_cmdline: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,11 +102,13 @@ class Scanner:
         cmdline: Sequence[str] = (),
         trusted_uids: frozenset[int] = frozenset(),
         given: dict[tuple[int, int], Given] | None = None,
+        wrappers: Sequence[str] = DEFAULT_WRAPPERS,
     ) -> None:
         """``label``: the ``auto_label`` template; ``cmdline``: ``auto_cmdline`` patterns
         (both checked by :mod:`memagent.config.auto`: ConfigError if they do not pass);
         ``trusted_uids``: ``auto_trusted_users`` resolved; ``given``: the labels a scanner
-        this one replaces gave (judged again with ``trusted_uids``)."""
+        this one replaces gave (judged again with ``trusted_uids``); ``wrappers``:
+        ``auto_wrappers`` (:meth:`_wrapper_waits`)."""
         self.registry = registry
         self.groups = groups or Groups(registry)
         self.procfs: ProcFS = registry.procfs
@@ -128,6 +132,11 @@ class Scanner:
         #: PIDs not looked at yet, left by a scan over its budget: before the rechecks next.
         self._deferred: set[int] = set()
         self._own_pid = os.getpid()
+        self.wrappers = frozenset(wrappers)
+        self._spent = 0.0
+        #: Wrappers matched by a command line, waiting to see whether a child of theirs
+        #: matches too: scans left before they are attached as themselves.
+        self._wrapped: dict[int, int] = {}
         self.trusted_uids = frozenset({0, os.getuid()}) | trusted_uids
         #: The labels this scanner (or the one it replaced) gave, by entry: to judge again.
         self.given: dict[tuple[int, int], Given] = dict(given or {})
@@ -156,7 +165,7 @@ class Scanner:
             for pattern in self.cmdline if line else ():
                 found = pattern.search(line or "")
                 if found is not None:
-                    return Found(found, exe)
+                    return Found(found, exe, by_cmdline=True)
         return None
 
     def attach(self, pid: int, comm: str, found: Found) -> Watched:
@@ -261,11 +270,40 @@ class Scanner:
                 w.follow_may_watch = may_watch
         return watched
 
+    def is_wrapper(self, comm: str, found: Found) -> bool:
+        """Whether a match is a wrapper's, through its command line: judged at a scan."""
+        return found.by_cmdline and (comm in self.wrappers or found.exe in self.wrappers)
+
+    def _wrapper_waits(self, pid: int) -> bool:
+        """A wrapper matched by its command line (``runuser ... sh -c "exec python3
+        serve.py"``): whether it is to wait rather than be attached. It waits while none of
+        its children matches (it may not have forked yet), up to :data:`RECHECK_SCANS`
+        scans; once one does (or is watched), it is passed over for good, so that the
+        wrapper is no row, series or label sum of its own; a wrapper that never starts a
+        matching child is attached as itself at its last scan."""
+        for child in self.procfs.children(pid):
+            if self.registry.find_alive(child) is not None:
+                self._wrapped[pid] = 0
+                return True
+            try:
+                if self.match(child, self.procfs.stat(child).comm) is not None:
+                    self._wrapped[pid] = 0
+                    return True
+            except MemagentError:
+                continue
+        left = self._wrapped.get(pid, RECHECK_SCANS + 1) - 1
+        self._wrapped[pid] = left
+        return left > 0
+
     def on_exec(self, pid: int) -> Watched | None:
-        """A process not watched ran a new program: attach it now if it matches."""
+        """A process not watched ran a new program: attach it now if it matches (a
+        wrapper's match is the scan's to judge, once its child is there)."""
         try:
             comm = self.procfs.stat(pid).comm
             found = self.match(pid, comm)
+            if found is not None and self.is_wrapper(comm, found):
+                self._recheck[pid] = RECHECK_SCANS + 1
+                return None
             return None if found is None else self.attach(pid, comm, found)
         except MemagentError as exc:  # gone already, or not ours
             log.debug("auto-attach of %d at exec skipped: %s", pid, exc)
@@ -279,55 +317,75 @@ class Scanner:
         current = set(self.procfs.pids())
         new = (current - self._seen) | (self._recheck.keys() & current)
         self._seen = current
-        attached = 0
-        spent = 0.0  # seconds of command-line matching in this scan (reads and matches)
+        self._spent = 0.0  # seconds of command-line matching in this scan (reads and matches)
         for k in [k for k in self._pending if k not in self.registry.entries]:
             del self._pending[k]
         for k in [k for k in self.given if k not in self.registry.entries]:
             del self.given[k]
         # PIDs never looked at first (new, or left by the budget), then the rechecks: a
         # crowd of unmatched PIDs looked at again cannot hold back a new one for long.
-        for pid in sorted(new, key=lambda p: (p in self._recheck and p not in self._deferred, p)):
-            if self.registry.find_alive(pid) is not None:
-                self._recheck.pop(pid, None)
-                continue
-            try:
-                stat = self.procfs.stat(pid)
-            except MemagentError:
-                self._recheck.pop(pid, None)
-                continue
-            parent = followers.get(stat.ppid)
-            if parent is None and self.cmdline and spent > CMDLINE_BUDGET_S:
-                self._recheck.setdefault(pid, RECHECK_SCANS + 1)  # matched at the next scan
-                self._deferred.add(pid)
-                continue
-            self._deferred.discard(pid)
-            started = time.perf_counter()
-            auto = None if parent is not None or not self.active else self.match(pid, stat.comm)
-            spent += time.perf_counter() - started
-            rule = self.groups.rule_for(pid) if parent is None and auto is None and pid != self._own_pid else None
-            if parent is None and auto is None and rule is None:
-                left = self._recheck.get(pid, RECHECK_SCANS + 1) - 1
-                if left > 0:
-                    self._recheck[pid] = left
-                else:
-                    self._recheck.pop(pid, None)
-                continue
-            self._recheck.pop(pid, None)
-            try:
-                if parent is not None:
-                    self.adopt(pid, parent)
-                elif rule is not None:
-                    for w in self.registry.attach(pid, label=rule.label, may_watch=rule.may_watch):
-                        w.label_trusted = rule.trusted
-                elif auto is not None:
-                    self.attach(pid, stat.comm, auto)
-                attached += 1
-            except MemagentError as exc:
-                log.debug("auto-attach of %d skipped: %s", pid, exc)
+        attached = sum(self._look(pid, followers)
+                       for pid in sorted(new, key=lambda p: (p in self._recheck and p not in self._deferred, p)))
         # Forget rechecks of PIDs that are gone.
-        for pid in list(self._recheck):
-            if pid not in current:
-                del self._recheck[pid]
+        for pid in [p for p in self._recheck if p not in current]:
+            del self._recheck[pid]
+        for pid in [p for p in self._wrapped if p not in current]:
+            del self._wrapped[pid]
         self._deferred &= self._recheck.keys()
         return attached
+
+    def _look(self, pid: int, followers: dict[int, Watched]) -> int:
+        """One PID of a scan: adopted, attached by a rule or a pattern, or looked at again
+        later; 1 when attached."""
+        if self.registry.find_alive(pid) is not None:
+            self._recheck.pop(pid, None)
+            return 0
+        try:
+            stat = self.procfs.stat(pid)
+        except MemagentError:
+            self._recheck.pop(pid, None)
+            return 0
+        parent = followers.get(stat.ppid)
+        if parent is None and self.cmdline and self._spent > CMDLINE_BUDGET_S:
+            self._recheck.setdefault(pid, RECHECK_SCANS + 1)  # matched at the next scan
+            self._deferred.add(pid)
+            return 0
+        self._deferred.discard(pid)
+        started = time.perf_counter()
+        auto = None if parent is not None or not self.active else self.match(pid, stat.comm)
+        self._spent += time.perf_counter() - started
+        rule = self.groups.rule_for(pid) if parent is None and auto is None and pid != self._own_pid else None
+        if parent is None and auto is None and rule is None:
+            left = self._recheck.get(pid, RECHECK_SCANS + 1) - 1
+            if left > 0:
+                self._recheck[pid] = left
+            else:
+                self._recheck.pop(pid, None)
+            return 0
+        if auto is not None and self.is_wrapper(stat.comm, auto) and self._held(pid):
+            return 0
+        self._recheck.pop(pid, None)
+        self._wrapped.pop(pid, None)
+        try:
+            if parent is not None:
+                self.adopt(pid, parent)
+            elif rule is not None:
+                for w in self.registry.attach(pid, label=rule.label, may_watch=rule.may_watch):
+                    w.label_trusted = rule.trusted
+            elif auto is not None:
+                self.attach(pid, stat.comm, auto)
+            return 1
+        except MemagentError as exc:
+            log.debug("auto-attach of %d skipped: %s", pid, exc)
+            return 0
+
+    def _held(self, pid: int) -> bool:
+        """A wrapper matched by its command line: whether it is held back this scan
+        (:meth:`_wrapper_waits`), looked at again at the next while it waits."""
+        if self._wrapped.get(pid) != 0 and not self._wrapper_waits(pid):
+            return False
+        if self._wrapped[pid] > 0:
+            self._recheck[pid] = self._wrapped[pid]
+        else:  # passed over for good: a child of its own matched
+            self._recheck.pop(pid, None)
+        return True

@@ -208,6 +208,16 @@ class ProcFS:
         with read_boundary(pid):
             return parse_status_groups(self.read(pid, "status"))
 
+    def children(self, pid: int) -> list[int]:
+        """The children of ``pid``'s main thread (``/proc/PID/task/PID/children``: a wrapper
+        such as ``sh -c`` or ``runuser`` forks from its only thread); [] when gone, not
+        readable, or the kernel lacks the file (CONFIG_PROC_CHILDREN)."""
+        try:
+            with open(self.path(pid, f"task/{pid}/children"), "rb") as f:
+                return [int(x) for x in f.read().split()]
+        except (OSError, ValueError):
+            return []
+
     def exe_name(self, pid: int) -> str | None:
         """Basename of ``/proc/PID/exe``; None when not ours to read or a kernel thread."""
         try:
