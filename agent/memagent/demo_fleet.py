@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 MiB = 1024 * 1024
 SHAPES = ("steady", "sawtooth", "leak", "spike", "forked")
+#: The demo's own host capacity, so that a newcomer sees the danger whatever the box's RAM:
+#: the fleet's Σ peaks reach about 910 MiB in its first ten seconds, past 90 % of it (a
+#: warning), and its leak (3 MiB/s) takes it past 100 % (critical) within about a minute.
+DEMO_CAPACITY = 1024 * MiB
 _PR_SET_PDEATHSIG = 1
 #: The PID a worker's parent had (the environment variable): another one means it died.
 _PARENT = "MEMAGENT_DEMO_PARENT"

@@ -4,7 +4,8 @@ The embedded agent is the same :class:`~memagent.agent.Agent` as the daemon's, o
 private socket (a 0700 temporary directory), in a background thread with its own event
 loop. memtop then talks to it over the socket like to any daemon, so there is one code
 path. It watches the current user's Python processes (everyone's when root); with
-``demo=True`` it also starts the demo fleet and attaches it, labelled.
+``demo=True`` it starts the demo fleet instead and watches it alone, labelled, against the
+demo's own capacity (:data:`~memagent.demo_fleet.DEMO_CAPACITY`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import logging
 import os
 
 from .agent_thread import AgentThread
-from .config import AgentConfig
-from .demo_fleet import Fleet, attach_fleet
+from .config import AgentConfig, HeadroomConfig
+from .demo_fleet import DEMO_CAPACITY, Fleet, attach_fleet
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,15 @@ class EmbeddedAgent(AgentThread):
 
     def __init__(self, *, interval: float = 0.5, patterns: tuple[str, ...] = DEFAULT_PATTERNS,
                  demo: bool = False) -> None:
-        super().__init__(lambda socket: AgentConfig(socket=socket, interval=interval, auto=list(patterns)),
-                         prefix="memtop-", name="memagent-embedded")
+        # The demo watches its own fleet only, against its own capacity (DEMO_CAPACITY):
+        # within a minute it shows a warning, then a critical alert, whatever the box.
+        def config(socket: str) -> AgentConfig:
+            if demo:
+                return AgentConfig(socket=socket, interval=interval,
+                                   headroom=HeadroomConfig(host_capacity=DEMO_CAPACITY))
+            return AgentConfig(socket=socket, interval=interval, auto=list(patterns))
+
+        super().__init__(config, prefix="memtop-", name="memagent-embedded")
         if os.geteuid() != 0:
             uid = os.getuid()
             self.agent.scanner.may_watch = lambda owner: owner == uid
