@@ -31,6 +31,8 @@ from replay_recording import (
 )
 from textual.pilot import Pilot
 
+from memproto.recording import SegmentHeader, SegmentWriter
+from memproto.records import SAMPLE_COLUMNS
 from memtop.model import ProcRow
 from memtop.replay import ReplayApp
 from memtop.replay_data import ReplayEngine, load_recording
@@ -313,3 +315,22 @@ async def test_a_directory_with_damaged_segments_plays_the_rest_and_says_so(tmp_
         app.replayer.seek_to(app.replay.last)
         await until(pilot, lambda: app.replay.clock == app.replay.last)
         assert row(app, GOOD_PID).rss > 0
+
+
+def test_at_the_end_of_a_live_recorder_the_last_state_shows(recording: Path) -> None:
+    """A third segment a live recorder has just begun (its header on disk, its keyframe not
+    yet): ``End`` shows the processes as they last were, not an empty table under old
+    alerts (issue 28); a segment that really lists nobody still empties it."""
+    writer = SegmentWriter(SegmentHeader(1, HOST, END + 1, 1.0, [1, 6], "memagent test", "daemon", 4242,
+                                         16 * 1024**3, 3))
+    (recording / "segment-0003.mrec").write_bytes(writer.header_bytes())
+    rec = load_recording(str(recording))
+    engine = ReplayEngine(rec)
+    engine.advance(rec.last)
+    assert engine.at_end and {r.pid for r in engine.model.snapshot().rows} == {TRAINER, EXPORTER}
+    writer.add_sample(200, END + 2, 1.0, [], SAMPLE_COLUMNS)  # the segment goes on: nobody is watched
+    (recording / "segment-0003.mrec").write_bytes(writer.header_bytes() + writer.take())
+    rec = load_recording(str(recording))
+    engine = ReplayEngine(rec)
+    engine.advance(rec.last)
+    assert engine.model.snapshot().rows == ()

@@ -99,7 +99,12 @@ class Recording:
 
 
 def _listed(frames: Iterator[Frame]) -> Iterator[Frame]:
-    """The frames, a segment's opening run of ``attached`` as one ``list`` reply."""
+    """The frames, a segment's opening run of ``attached`` as one ``list`` reply.
+
+    A segment that ends right after its header (the one a live flight recorder has just
+    begun: its first batch, the keyframe, is not on disk yet) lists nothing: its header
+    says nothing of the processes, and an empty ``list`` would have emptied the table at
+    ``End`` under the alerts of before (issue 28). Its header alone is kept, for its time."""
     opening: list[Attached] | None = None
     for frame in frames:
         if opening is not None:
@@ -111,7 +116,7 @@ def _listed(frames: Iterator[Frame]) -> Iterator[Frame]:
         if isinstance(frame, SegmentHeader):
             opening = []
         yield frame
-    if opening is not None:
+    if opening:
         yield ListOk(0, [a.process for a in opening])
 
 
