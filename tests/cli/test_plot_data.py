@@ -65,3 +65,45 @@ def test_the_highest_rss_and_gpu_peaks_are_coloured() -> None:
     coloured = {p.pid: p.colour for p in data.processes if p.colour is not None}
     assert sorted(coloured) == [1, 2, 3, 4, 5, *range(11, 21)]
     assert [coloured[pid] for pid in (20, 11, 5, 1)] == [0, 9, 10, 14]  # by RSS peak, highest first
+
+
+# --------------------------------------------------------------------------- gaps and alert names
+
+
+def _with_gap() -> Timeline:
+    """Two stretches of samples at 0.5 s, the daemon stopped 10 minutes in between."""
+    times = [T0 + i * 0.5 for i in range(100)] + [T0 + 650 + i * 0.5 for i in range(100)]
+    rss = [200 * MiB] * 200
+    track = Track(pid=7, start_time=T0, name="svc", times=times, rss=rss, vram=[None] * 200, peak_bytes=200 * MiB,
+                  peak_time=T0)
+    return Timeline(host="box", interval=0.5, first=T0, last=times[-1], tracks={track.key: track},
+                    sum_peaks=list(zip(times, rss, strict=True)))
+
+
+def test_a_gap_breaks_the_lines_instead_of_crossing_it() -> None:
+    """A daemon stopped for 10 minutes: the line stops and starts again (issue 28: gaps were
+    drawn as straight lines), in the data both renderers draw."""
+    from memagent.recordings.plot_data import broken
+
+    data = plot_data(_with_gap())
+    assert data is not None and data.gap_seconds == 5.0
+    _, ys = broken(data.processes[0].rss, data.gap_seconds)
+    assert sum(y != y for y in ys) == 1  # one NaN, between the two stretches
+    assert sum(y != y for y in broken(data.sum_peaks, data.gap_seconds)[1]) == 1
+    assert broken([(T0, 1), (T0 + 1, 2)], data.gap_seconds) == ([T0, T0 + 1], [1.0, 2.0])
+    page = plot_html.render(data, "gap")
+    assert json.loads(re.findall(rb'id="memagent-data">(.*?)</script>', page)[0])["gap_seconds"] == 5.0
+
+
+def test_close_alerts_are_labelled_once_not_on_top_of_each_other() -> None:
+    from memagent.recordings.plot_data import AlertMark
+
+    data = plot_data(_with_gap())
+    assert data is not None
+    span = data.last - data.first
+    first = data.first + 0.1 * span
+    at = [first, first + span / 600, first + span / 300, data.first + 0.5 * span, data.first + 0.9 * span]
+    data.alerts = [AlertMark(i, t, "headroom", "warning", "firing", "m", None) for i, t in enumerate(at)]
+    assert data.labelled_alerts() == [True, False, False, True, True]
+    data.alerts.append(AlertMark(9, data.last, "headroom", "warning", "resolved", "m", None))
+    assert data.labelled_alerts()[-1] is False  # a resolution is a dotted line, never a name

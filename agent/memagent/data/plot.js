@@ -104,7 +104,7 @@
       g.strokeStyle = SEVERITY[a.severity] || "#7f7f7f"; g.lineWidth = 1.2;
       g.setLineDash(a.state === "firing" ? [] : [2, 3]);
       g.beginPath(); g.moveTo(x(a.time), PAD.top); g.lineTo(x(a.time), pl.height - PAD.bottom); g.stroke();
-      if (pl === panels[0] && a.state === "firing") {
+      if (pl === panels[0] && a.labelled) {
         g.save(); g.translate(x(a.time) + 3, PAD.top + 2); g.rotate(Math.PI / 2);
         g.fillStyle = g.strokeStyle; g.textAlign = "left"; g.textBaseline = "bottom"; g.fillText(a.kind, 0, 0);
         g.restore();
@@ -124,7 +124,9 @@
       g.lineWidth = s.kind === "sum" || s.proc.named ? 1.6 : 0.8;
       g.setLineDash(s.kind === "sum" ? [6, 4] : []);
       g.beginPath();
-      s.points.forEach((pt, i) => (i ? g.lineTo(x(pt[0]), y(pt[1])) : g.moveTo(x(pt[0]), y(pt[1]))));
+      // A gap (no data: the daemon stopped, the process not watched) breaks the line.
+      s.points.forEach((pt, i) => (i && pt[0] - s.points[i - 1][0] <= data.gap_seconds
+        ? g.lineTo(x(pt[0]), y(pt[1])) : g.moveTo(x(pt[0]), y(pt[1]))));
       g.stroke();
     }
     g.setLineDash([]);

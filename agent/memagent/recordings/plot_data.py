@@ -11,6 +11,7 @@ them looks the same at that width, and no peak is ever lost.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +21,11 @@ from memproto.units import format_size
 from .timeline import Timeline, Track
 
 Point = tuple[float, int]
+#: Alerts labelled with their kind at the top of the plot, at most (beyond: lines only),
+#: and the least part of the time axis between two labels (a 7-point name turned upright
+#: is about 1/60 of a 1400-pixel plot wide).
+LABELLED_ALERTS = 12
+LABEL_SPACING = 1 / 60
 
 #: Time slices kept per series: about two per horizontal pixel of a 1400 px wide plot.
 DEFAULT_BUCKETS = 2000
@@ -147,6 +153,29 @@ class PlotData:
     def sum_top(self) -> int:
         return max((b for _, b in self.sum_peaks), default=0)
 
+    @property
+    def gap_seconds(self) -> float:
+        """Two points of a series farther apart than this have no data between them (the
+        daemon was stopped, or the process not watched): their line is broken there, not
+        drawn straight across (issue 28). Ten sample intervals, at least 5 s, and at least
+        two of the slices a long recording's series are cut into (:func:`decimate`)."""
+        return max(10 * self.interval, 5.0, 2 * (self.last - self.first) / DEFAULT_BUCKETS)
+
+    def labelled_alerts(self) -> list[bool]:
+        """Which alerts get their kind written at the top of the plot: firing ones, at most
+        :data:`LABELLED_ALERTS`, each at least :data:`LABEL_SPACING` of the time axis after
+        the one labelled before it (close alerts' names overlapped: issue 28); the others
+        are their lines alone (their message is in the tip and the report)."""
+        out: list[bool] = []
+        last = -math.inf
+        spacing = (self.last - self.first) * LABEL_SPACING
+        for a in self.alerts:
+            label = a.state == "firing" and sum(out) < LABELLED_ALERTS and a.time - last >= spacing
+            if label:
+                last = a.time
+            out.append(label)
+        return out
+
     def show_capacity(self) -> bool:
         """Whether the capacity line is drawn (over the Σ peaks): only when they reach a
         quarter of it. A 1 GiB job on a 512 GiB host would otherwise be a flat line at the
@@ -229,3 +258,17 @@ def title(data: PlotData) -> str:
         command = printable(" ".join(data.command))
         what = f"memagent run: {command if len(command) <= 80 else command[:79] + '…'}"
     return f"{what} · {host} · {first:%Y-%m-%d %H:%M:%S} → {end} ({span})"
+
+
+def broken(points: Sequence[Point], gap: float) -> tuple[list[float], list[float]]:
+    """``points`` as the x and y lists of a line, a NaN between two points farther apart
+    than ``gap`` seconds (a line drawn through NaN stops there and starts again after)."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for i, (t, b) in enumerate(points):
+        if i and t - points[i - 1][0] > gap:
+            xs.append((t + points[i - 1][0]) / 2)
+            ys.append(math.nan)
+        xs.append(t)
+        ys.append(float(b))
+    return xs, ys

@@ -84,11 +84,13 @@ def payload(data: PlotData) -> dict[str, object]:
         "samples": data.samples,
         "capacity_bytes": data.capacity_bytes,
         "capacity_shown": data.show_capacity(),
+        "gap_seconds": data.gap_seconds,
         "capacity_words": data.capacity_words() if data.capacity_bytes is not None else None,
         "sum_peaks": [[t, b] for t, b in data.sum_peaks],
         "processes": [_process(p) for p in data.processes],
         "alerts": [{"id": a.id, "time": a.time, "kind": a.kind, "severity": a.severity, "state": a.state,
-                    "message": a.message, "pid": a.pid} for a in data.alerts],
+                    "message": a.message, "pid": a.pid, "labelled": labelled}
+                   for a, labelled in zip(data.alerts, data.labelled_alerts(), strict=True)],
         "exits": [{"pid": p.pid, "start_time": p.start_time, "time": p.exited_at, "title": p.title}
                   for p in data.processes if p.exited_at is not None],
     }

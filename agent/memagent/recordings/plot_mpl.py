@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import math
 from collections.abc import Sequence
 
 import matplotlib as mpl
@@ -28,7 +29,7 @@ from memproto.text import printable
 from memproto.units import format_size
 from memproto.vocabulary import AlertState, Severity
 
-from .plot_data import COLOURED, PlotData, Point, ProcessSeries, binary_ticks, tick_label, title
+from .plot_data import COLOURED, PlotData, Point, ProcessSeries, binary_ticks, broken, tick_label, title
 
 #: tab10, then five darker ones (plot.js has the same).
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -37,8 +38,6 @@ assert len(PALETTE) >= COLOURED
 OTHERS = "#bdbdbd"
 SUM = "#333333"
 SEVERITY_COLOUR = {Severity.CRITICAL: "#d62728", Severity.WARNING: "#ff9f1c"}
-#: Alerts labelled with their kind at the top of the plot (beyond, lines only).
-LABELLED_ALERTS = 12
 #: Two peaks' words closer than this (fractions of the panel) would overlap: the lower
 #: peak keeps its marker and its words in the legend only.
 WORDS_APART = (0.13, 0.07)
@@ -68,8 +67,10 @@ def _colour(p: ProcessSeries) -> str:
 
 
 def _line(ax: Axes, points: Sequence[Point], gid: str, colour: str, width: float, label: str | None,
-          **style: object) -> None:
-    (line,) = ax.plot(_x([t for t, _ in points]), [b for _, b in points], color=colour, linewidth=width,
+          gap: float = math.inf, **style: object) -> None:
+    """One series, broken where its points are more than ``gap`` seconds apart."""
+    xs, ys = broken(points, gap)
+    (line,) = ax.plot(_x(xs), ys, color=colour, linewidth=width,
                       label=label or "_nolegend_", zorder=3 if label else 2, **style)  # type: ignore[arg-type]
     line.set_gid(gid)
 
@@ -108,13 +109,13 @@ def _processes(data: PlotData, rss_ax: Axes, vram_ax: Axes | None) -> None:
         if named:
             when = f" at {_clock(p.peak_time)}" if p.peak_time is not None else ""
             label = f"{_text(p.title)} ({p.pid}) · peak {format_size(p.peak_bytes, long=True)}{when}"
-        _line(rss_ax, p.rss, f"rss-{p.pid}", colour, 1.6 if named else 0.8, label)
+        _line(rss_ax, p.rss, f"rss-{p.pid}", colour, 1.6 if named else 0.8, label, data.gap_seconds)
         if p.peak_time is not None:
             _mark(rss_ax, p.peak_time, p.peak_bytes, f"peak-{p.pid}", colour, "v", named)
         if p.exited_at is not None and p.last_rss is not None:
             _mark(rss_ax, p.exited_at, p.last_rss, f"exit-{p.pid}", colour, "X", named)
         if vram_ax is not None and p.vram:
-            _line(vram_ax, p.vram, f"vram-{p.pid}", colour, 1.6 if named else 0.8, None)
+            _line(vram_ax, p.vram, f"vram-{p.pid}", colour, 1.6 if named else 0.8, None, data.gap_seconds)
             if p.vram_peak_time is not None and p.vram_peak_bytes is not None:
                 _mark(vram_ax, p.vram_peak_time, p.vram_peak_bytes, f"vram-peak-{p.pid}", colour, "v", named)
 
@@ -132,7 +133,8 @@ def _peak_words(data: PlotData, rss_ax: Axes, vram_ax: Axes | None) -> None:
 
 def _box(data: PlotData, ax: Axes) -> None:
     """The Σ of the peaks over time, and the capacity they must fit in."""
-    _line(ax, data.sum_peaks, "sum-peaks", SUM, 1.4, "Σ peaks (of the processes alive)", linestyle="--")
+    _line(ax, data.sum_peaks, "sum-peaks", SUM, 1.4, "Σ peaks (of the processes alive)", data.gap_seconds,
+          linestyle="--")
     top = data.sum_top
     if data.show_capacity() and data.capacity_bytes is not None:
         line = ax.axhline(data.capacity_bytes, color="black", linewidth=1.2, linestyle="-.", zorder=4,
@@ -143,6 +145,7 @@ def _box(data: PlotData, ax: Axes) -> None:
 
 
 def _alerts(data: PlotData, axes: Sequence[Axes]) -> None:
+    labelled = data.labelled_alerts()
     for n, a in enumerate(data.alerts):
         colour = SEVERITY_COLOUR.get(a.severity, "#7f7f7f")
         style = "-" if a.state == AlertState.FIRING else ":"
@@ -150,7 +153,7 @@ def _alerts(data: PlotData, axes: Sequence[Axes]) -> None:
             line = ax.axvline(_x([a.time])[0], color=colour, linestyle=style, linewidth=1.2, alpha=0.8, zorder=1)
             if i == 0:
                 line.set_gid(f"alert-{n}")
-        if n < LABELLED_ALERTS and a.state == AlertState.FIRING:
+        if labelled[n]:
             axes[0].annotate(_text(a.kind, 20), (_x([a.time])[0], 1.0), xycoords=("data", "axes fraction"),
                              xytext=(3, -3), textcoords="offset points", rotation=90, ha="left", va="top",
                              fontsize=7, color=colour)
