@@ -180,3 +180,23 @@ async def test_the_main_screen_follows_the_data_under_a_modal_screen() -> None:
         assert main.query_one(MemHeader).snapshot.seq == last.seq + 1
         assert main.query_one(RssPanel).now == last.time + 0.5
         assert main.query_one(ProcessTable).rows[0].pid == 4149
+
+
+async def test_a_long_reason_is_shown_whole_while_disconnected() -> None:
+    """The status line cuts the reason at the edge; the notice under it says it whole,
+    wrapped (issue 28: a refused connect's group and the command to join it were cut)."""
+    from memtop.widgets.header import LinkNotice
+
+    reason = ("cannot connect to /run/memagent/memagent.sock: Permission denied: connecting takes group memagent "
+              "(an administrator adds you with: usermod -aG memagent alice; then log in again)")
+    app = replayed_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await replay(pilot)
+        app.link_state = LinkState(False, "/run/memagent/memagent.sock", False, reason, attempt=2)
+        await pilot.pause()
+        notice = app.query_one(LinkNotice)
+        assert notice.display and reason in str(notice.render())
+        assert notice.size.height >= 3  # wrapped: the state, then the reason on two lines at 100 columns
+        app.link_state = LinkState(True, "/run/memagent/memagent.sock", False, "")
+        await pilot.pause()
+        assert not notice.display

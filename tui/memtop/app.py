@@ -49,7 +49,7 @@ from .model import Detail, FleetModel, Key, Snapshot
 from .screens import AttachScreen, HelpScreen, python_candidates
 from .widgets.alerts import AlertBanner, AlertLogScreen
 from .widgets.detail import DetailPane, RssPanel
-from .widgets.header import LinkState, MemHeader
+from .widgets.header import LinkNotice, LinkState, MemHeader
 from .widgets.stack import StackPanel
 from .widgets.table import ProcessTable
 
@@ -133,6 +133,7 @@ class MemtopApp(App[None]):
     def compose(self) -> ComposeResult:
         # Bound here, in the app's compose: data_bind binds to the node composing the widget.
         yield MemHeader().data_bind(MemtopApp.snapshot, link=MemtopApp.link_state)
+        yield LinkNotice().data_bind(link=MemtopApp.link_state)
         yield AlertBanner().data_bind(MemtopApp.snapshot)
         yield ProcessTable(id="table").data_bind(
             MemtopApp.snapshot, MemtopApp.sort_column, MemtopApp.sort_reverse, MemtopApp.filter_text,

@@ -55,6 +55,23 @@ class LinkState:
         return "disconnected", self.message
 
 
+class LinkNotice(Widget):
+    """While disconnected, the whole reason, wrapped, under the header (whose status line
+    cuts it at the edge, to keep the gauges in place): a refused connect says which group
+    to join and how (issue 28: memtop retried for ever with the reason cut off)."""
+
+    link: reactive[LinkState] = reactive(LinkState)
+
+    def watch_link(self, link: LinkState) -> None:
+        self.display = not link.connected and bool(link.message)
+
+    def render(self) -> RenderableType:
+        state, reason = self.link.status()
+        text = Text(f"{state}\n", style="bold red")
+        text.append(printable(reason))
+        return text
+
+
 class MemHeader(Widget):
     # Repaint only: a layout pass of the whole screen costs ~25 ms at 1000 rows. The
     # header's height changes only with the number of GPUs or the embedded note.
