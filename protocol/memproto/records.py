@@ -271,6 +271,10 @@ class DaemonStatus:
     stack_sampler: str = "off"
     stack_sampler_note: str | None = None
     sampler_bursts: int = 0
+    #: v1.8: every entry the daemon watches, the caller's or not (``watched`` counts those
+    #: the caller may see); nil from an older daemon. The headroom and its Σ peaks are the
+    #: whole box's, whatever the caller sees.
+    watched_total: int | None = None
 
 
 @wire

@@ -26,3 +26,16 @@ def test_a_cgroup_limit_and_a_fault_are_said() -> None:
     assert "headroom host memory: Σ peaks 210 MiB of 15.0 GiB (1%)" in lines
     assert "headroom docker web: Σ peaks 210 MiB of 256 MiB (82%); limit 256 MiB of cgroup /docker/3f1c" in lines
     assert "fault: /sys/fs/cgroup/x/memory.max: not a byte count: b'lots'\\nforged line" in lines
+
+
+def test_a_user_who_sees_part_of_the_box_is_told_the_rest_counts() -> None:
+    """3 of 40 watched processes are the caller's: one line says the other 37 exist and are
+    in the box-wide Σ (issue 28); none when it sees them all, or from an older daemon."""
+    base = dict(software="memagent 0.1.0", pid=1, uid=0, started_at=0.0, interval=0.5, socket="/s",
+                alive=3, clients=1, tick=TickStats(10, 0.5, 0.001, 0, 0.0001), host=HostMemory(16 * GiB, 8 * GiB, 0, 0))
+    lines = status_lines(DaemonStatus(watched=3, watched_total=40, **base))  # type: ignore[arg-type]
+    assert ("  and 37 more the daemon watches that you may not see (other users'): the headroom and its Σ peaks "
+            "below are the whole box's") in lines
+    for total in (3, None):
+        assert not any("more the daemon watches" in x for x in status_lines(
+            DaemonStatus(watched=3, watched_total=total, **base)))  # type: ignore[arg-type]

@@ -82,6 +82,7 @@ def test_unprivileged_client_sees_and_touches_only_its_own_processes(
                     "reset_root": [f.code for f in reset_root.failed],
                     "rows": [r.pid for r in rows],
                     "watched": status.watched,
+                    "watched_total": status.watched_total,
                 }
 
         out = as_user(test_user, unprivileged)
@@ -91,6 +92,9 @@ def test_unprivileged_client_sees_and_touches_only_its_own_processes(
         # What a client may not see is, for it, not watched: no existence leak.
         assert out["detach_root"] == ["no_such_process"] and out["reset_root"] == ["no_such_process"]
         assert out["rows"] == [theirs.pid] and out["watched"] == 1
+        # How many it does not see, and no more (issue 28: box-wide Σ peaks beside its own
+        # rows, with nothing saying the rest was other users'): a count, never a PID.
+        assert out["watched_total"] == 2
         with d.client() as c:  # root still sees both, and root's process is still watched
             assert sorted(p.pid for p in c.list()) == sorted([root_target.pid, theirs.pid])
     finally:

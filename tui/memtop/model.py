@@ -123,6 +123,9 @@ class Snapshot:
     #: The daemon's headroom of the host (first) and each GPU; empty before its status.
     headroom: tuple[Headroom, ...] = ()
     alerts: tuple[Alert, ...] = ()
+    #: Every process the daemon watches, this user's or not (its last status; None: not
+    #: told): more than ``rows`` means the Σ peaks and headroom count others' processes too.
+    watched_total: int | None = None
 
     @property
     def alive(self) -> int:
@@ -276,6 +279,7 @@ class FleetModel:
         #: The last stack reply, for the selected process only (stacks are large).
         self.stack: StackOk | None = None
         self.headroom: tuple[Headroom, ...] = ()
+        self.watched_total: int | None = None
         #: Firing alerts by id, and ended or one-off ones, newest first.
         self.alerts: dict[int, Alert] = {}
         self.recent_alerts: list[Alert] = []
@@ -392,6 +396,7 @@ class FleetModel:
         self.headroom = tuple(status.headroom)
         self.alerts = {a.id: a for a in status.alerts_active}
         self.recent_alerts = list(status.alerts_recent)
+        self.watched_total = status.watched_total
 
     def apply_alert(self, alert: Alert) -> None:
         # An OOM kill is an event, not a condition: it goes straight to the recent ones.
@@ -430,7 +435,7 @@ class FleetModel:
         total = sum(p.peak for p in procs)
         rows = tuple(p.row(p.peak / total if total else 0.0) for p in procs)
         return Snapshot(rows, self.seq, self.time, self.interval, self.host, total, self.dropped, self.gpus,
-                        self.headroom, tuple(self.alerts.values()))
+                        self.headroom, tuple(self.alerts.values()), self.watched_total)
 
 
 

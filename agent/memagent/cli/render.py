@@ -57,6 +57,10 @@ def status_lines(status: DaemonStatus) -> list[str]:
     """``memagent status`` without ``--json``."""
     lines = [f"{status.software}, pid {status.pid}, uid {status.uid}, socket {printable(status.socket)}",
              f"watching {status.watched} processes ({status.alive} alive), {status.clients} clients"]
+    hidden = (status.watched_total or 0) - status.watched
+    if hidden > 0:
+        lines.append(f"  and {hidden} more the daemon watches that you may not see (other users'): the headroom "
+                     "and its Σ peaks below are the whole box's")
     t = status.tick
     lines.append(f"interval {status.interval:g} s: {t.ticks} ticks, mean {t.mean_interval * 1000:.1f} ms, "
           f"max lateness {t.max_lateness * 1000:.1f} ms, {t.overruns} overruns, "

@@ -64,6 +64,7 @@ class StatusReport:
             interval=self.config.interval,
             socket=self.config.socket,
             watched=len(visible),
+            watched_total=len(self.registry.entries),
             alive=sum(1 for w in visible if w.alive),
             clients=len(self.server.sessions),
             tick=self.ticker.stats(),

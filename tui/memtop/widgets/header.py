@@ -118,6 +118,9 @@ class MemHeader(Widget):
         text.append(f"  watched {len(snap.rows)}")
         if snap.exited:
             text.append(f" ({snap.exited} exited)")
+        hidden = (snap.watched_total or 0) - len(snap.rows)
+        if hidden > 0:  # others' processes: not listed, but in the box's Σ peaks
+            text.append(f"  +{hidden} not yours, in Σ", style="dim")
         if snap.dropped:
             text.append(f"  dropped {snap.dropped}", style="yellow")
         if link.paused:
