@@ -100,6 +100,8 @@ def test_every_column_renders_its_cell() -> None:
     # No label: the script a Python interpreter runs, not the interpreter (issue 28).
     script = row(8, name="python3", label=None, cmdline=("/root/.pyenv/versions/3.11.7/bin/python3", "serve_yolo.py"))
     assert BY_KEY["name"].cell(script) == "serve_yolo.py"
+    # The COMMAND column leaves the program's directory out: the script is what it shows.
+    assert BY_KEY["command"].cell(script) == "python3 serve_yolo.py"
     assert (BY_KEY["growth"].cell(gone), BY_KEY["stack"].cell(gone), BY_KEY["peak"].cell(gone)) == ("", "", "200M")
 
 

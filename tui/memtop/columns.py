@@ -9,7 +9,8 @@ keys are all derived from :data:`COLUMNS`, so a column is added or changed in on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -75,6 +76,15 @@ class Column:
         return self.sort_key is not None
 
 
+
+def command_text(cmdline: Sequence[str]) -> str:
+    """The command line with its program's directory left out (``python3.11 serve.py
+    --port 80``): a pyenv interpreter's long path took the column and cut the script name,
+    the part that matters (issue 28); the whole line is in the detail pane."""
+    if not cmdline:
+        return ""
+    return " ".join([os.path.basename(cmdline[0]) or cmdline[0], *cmdline[1:]])
+
 COLUMNS: tuple[Column, ...] = (
     Column("pid", "PID", 7, 0, lambda r: str(r.pid), sort_key=_by(lambda r: r.pid), cycle=4, hotkey="I"),
     Column("ns_pid", "NSPID", 5, 3, lambda r: "" if r.ns_pid is None else str(r.ns_pid),
@@ -99,7 +109,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("stack", "STACK", 8, 4, lambda r: r.stack_state or "", align_right=False,
            has_data=lambda r: bool(r.stack_state)),
     Column("swap", "SWAP", 6, 5, lambda r: format_size(r.swap)),
-    Column("command", "COMMAND", 20, 9, lambda r: " ".join(r.cmdline), align_right=False, leftover=True),
+    Column("command", "COMMAND", 20, 9, lambda r: command_text(r.cmdline), align_right=False, leftover=True),
 )
 BY_KEY: dict[str, Column] = {c.key: c for c in COLUMNS}
 #: The flexible column (the name), sized after the others.
