@@ -163,7 +163,8 @@ def test_report_lists_peaks_stack_sum_alerts_and_oom_kills(rec: Rec, capsys: pyt
     # Σ peaks (of the live processes) is highest at B's last live tick: A's peak held, B at its highest.
     highest = 500 * MiB + rss_b(EXIT_TICK - 1) + 10 * MiB
     assert r["sum_peaks"] == {"bytes": highest, "time": at(EXIT_TICK - 1), "capacity_bytes": 8 * GiB,
-                              "ratio": round(highest / (8 * GiB), 4), "capacity_source": "ram", "ram_bytes": 8 * GiB}
+                              "ratio": round(highest / (8 * GiB), 4), "capacity_source": "ram", "ram_bytes": 8 * GiB,
+                              "share_adjusted": False, "unadjusted_bytes": highest}
     # One entry per alert: when it fired, its worst level, its last state; the OOM kill apart.
     (headroom,) = r["alerts"]
     assert {k: headroom[k] for k in ("id", "kind", "severity", "state", "time", "last_time")} == \

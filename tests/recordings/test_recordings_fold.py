@@ -77,7 +77,8 @@ def test_the_report_data_names_the_peaks_the_sum_and_each_alert_once() -> None:
     assert r["processes_total"] == 2 and [p["pid"] for p in r["processes"]] == [1]
     assert r["processes"][0]["peak_before_window"] is False
     assert r["sum_peaks"] == {"bytes": 3 * GiB, "time": T0 + 3, "capacity_bytes": 8 * GiB, "ratio": 0.375,
-                              "capacity_source": "ram", "ram_bytes": 8 * GiB}
+                              "capacity_source": "ram", "ram_bytes": 8 * GiB,
+                              "share_adjusted": False, "unadjusted_bytes": 3 * GiB}
     only, = r["alerts"]
     assert (only["severity"], only["state"], only["time"], only["last_time"]) == ("critical", "resolved", T0 + 2,
                                                                                   T0 + 4)
@@ -111,13 +112,18 @@ def test_the_capacity_the_daemon_judged_with_is_the_reports_and_the_plots() -> N
     host = Headroom(resource="host", name="host memory", capacity_bytes=4 * GiB, sum_peaks_bytes=3 * GiB, ratio=0.75,
                     limit_bytes=8 * GiB, reserve_bytes=0, unwatched_bytes=0, configured=True, top=[])
     snapshot = HeadroomSnapshot(T0 + 1, HostMemory(8 * GiB, 6 * GiB, 0, 0), [host])
-    tl = build_timeline([*frames()[:4], snapshot, *frames()[4:]])
+    later = HeadroomSnapshot(T0 + 3, HostMemory(8 * GiB, 6 * GiB, 0, 0), [host])
+    tl = build_timeline([*frames()[:4], snapshot, *frames()[4:], later])
     assert (tl.capacity_bytes, tl.capacity_configured, tl.ram_bytes) == (4 * GiB, True, 8 * GiB)
     r = report_json(tl, ["x.mrec"], 5)
     assert r["sum_peaks"]["capacity_bytes"] == 4 * GiB and r["sum_peaks"]["ratio"] == 0.75
     assert r["sum_peaks"]["capacity_source"] == "configured"
+    # The Σ is the daemon's own (share-adjusted, its snapshot's), not the rows' raw sum.
+    assert r["sum_peaks"]["share_adjusted"] is True and r["sum_peaks"]["bytes"] == 3 * GiB
+    assert r["sum_peaks"]["unadjusted_bytes"] == 3 * GiB  # PID 1 alone at its peak (tick 3)
     line = next(x for x in text_lines(r) if x.startswith("highest Σ peaks"))
     assert "of 4.00 GiB configured capacity (75%; host RAM 8.00 GiB)" in line, line
     data = plot_data(tl)
     assert data is not None and data.show_capacity()
     assert data.capacity_words() == "capacity 4.00 GiB (configured; host RAM 8.00 GiB)"
+    assert data.judged_sum_peaks == [(T0 + 1, 3 * GiB), (T0 + 3, 3 * GiB)] and len(data.sum_peaks) == 5

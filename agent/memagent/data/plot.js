@@ -61,7 +61,9 @@
     return { canvas, height, what, series, ymax: Math.max(ticks[ticks.length - 1], top * room), ticks };
   }
   function build() {
-    panels.push(panel(document.getElementById("box"), 200, "\u03a3 peaks", [{ kind: "sum", points: data.sum_peaks }],
+    const sums = [{ kind: "sum", points: data.sum_peaks }];
+    if (data.judged_sum_peaks && data.judged_sum_peaks.length) sums.push({ kind: "sum", judged: true, points: data.judged_sum_peaks });
+    panels.push(panel(document.getElementById("box"), 200, "\u03a3 peaks", sums,
                       data.capacity_shown ? [data.capacity_bytes] : [], 1.08));
     const rss = procs.map((p) => ({ kind: "rss", proc: p, points: p.rss, peak: [p.peak_time, p.peak_bytes] }));
     panels.push(panel(document.getElementById("rss"), 400, "RSS", rss, procs.map((p) => p.peak_bytes), 1.15));
@@ -121,11 +123,12 @@
     for (const s of order) {
       if (hidden.has(key(s)) || !s.points.length) continue;
       g.strokeStyle = s.kind === "sum" ? "#333" : s.proc.colour;
-      g.lineWidth = s.kind === "sum" || s.proc.named ? 1.6 : 0.8;
-      g.setLineDash(s.kind === "sum" ? [6, 4] : []);
+      g.lineWidth = s.judged ? 2.2 : s.kind === "sum" || s.proc.named ? 1.6 : 0.8;
+      g.setLineDash(s.kind === "sum" && !s.judged ? [6, 4] : []);
       g.beginPath();
       // A gap (no data: the daemon stopped, the process not watched) breaks the line.
-      s.points.forEach((pt, i) => (i && pt[0] - s.points[i - 1][0] <= data.gap_seconds
+      const gap = s.judged ? data.judged_gap_seconds : data.gap_seconds;
+      s.points.forEach((pt, i) => (i && pt[0] - s.points[i - 1][0] <= gap
         ? g.lineTo(x(pt[0]), y(pt[1])) : g.moveTo(x(pt[0]), y(pt[1]))));
       g.stroke();
     }
@@ -159,7 +162,7 @@
       g.beginPath(); g.arc(x(pl.hover[0]), y(pl.hover[1]), 5, 0, 2 * Math.PI); g.stroke();
     }
   }
-  const key = (s) => (s.kind === "sum" ? "sum" : s.proc.pid + "/" + s.proc.start_time);
+  const key = (s) => (s.kind === "sum" ? (s.judged ? "judged" : "sum") : s.proc.pid + "/" + s.proc.start_time);
   const redraw = () => panels.forEach(draw);
 
   function nearest(pl, mx, my) {
@@ -183,7 +186,8 @@
     panels.forEach((p) => { p.hover = null; });
     if (hit) {
       pl.hover = hit.pt;
-      const who = hit.s.kind === "sum" ? "\u03a3 peaks" : hit.s.proc.title + " (" + hit.s.proc.pid + ")";
+      const who = hit.s.kind === "sum" ? (hit.s.judged ? "\u03a3 peaks, the daemon's" : "\u03a3 peaks, raw")
+        : hit.s.proc.title + " (" + hit.s.proc.pid + ")";
       tip.textContent = who + "\n" + day(hit.pt[0]) + " " + clock(hit.pt[0]) + "\n" +
         (hit.s.kind === "vram" ? "GPU " : hit.s.kind === "sum" ? "" : "RSS ") + formatSize(hit.pt[1]);
       const box = document.getElementById("plot").getBoundingClientRect();
@@ -213,7 +217,10 @@
         (p.peak_time !== null ? " at " + clock(p.peak_time) : "") + (p.exited_at !== null ? " \u00b7 exited" : ""),
         p.cmdline.join(" ") || p.name, p.pid + "/" + p.start_time, false);
     }
-    legendItem("#333", "\u03a3 peaks", "the sum of the peaks of the processes alive at each sample", "sum", true);
+    legendItem("#333", data.sum_label || "\u03a3 peaks", "the sum of the peaks of the processes alive at each sample", "sum", true);
+    if (data.judged_sum_peaks && data.judged_sum_peaks.length) {
+      legendItem("#333", data.judged_label, "the daemon's share-adjusted Σ peaks, from its headroom snapshots", "judged", false);
+    }
     if (data.capacity_bytes !== null) {
       legendItem("#000", (data.capacity_words || ("capacity " + formatSize(data.capacity_bytes))) + (data.capacity_shown ? "" : " (off the scale)"),
                  "the host's memory", null, false);

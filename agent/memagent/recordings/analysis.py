@@ -75,8 +75,13 @@ def report_json(tl: Timeline, paths: list[str], top: int) -> dict[str, Any]:
     if highest is not None:
         when, total = highest
         cap = tl.capacity_bytes
+        raw = tl.highest_raw_sum()
         sums = {"bytes": total, "time": when, "capacity_bytes": cap,
                 "ratio": round(total / cap, 4) if cap else None,
+                #: ``bytes`` is the daemon's share-adjusted Σ (its headroom snapshots), as its
+                #: alerts judged it; false: the raw sum of the recorded rows' peaks.
+                "share_adjusted": tl.share_adjusted,
+                "unadjusted_bytes": raw[1] if raw is not None else None,
                 #: Where the capacity comes from: "configured" ([host] capacity), "derived"
                 #: (the daemon's RAM - reserve - unwatched), "ram" (no headroom recorded).
                 "capacity_source": ("configured" if tl.capacity_configured else "derived")

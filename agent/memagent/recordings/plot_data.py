@@ -132,6 +132,10 @@ class PlotData:
     #: (said beside it where it differs).
     capacity_configured: bool = False
     ram_bytes: int | None = None
+    #: The daemon's own Σ peaks (share-adjusted: what its alerts judged), from its headroom
+    #: snapshots, drawn beside the raw sum of the rows' peaks (shared pages in each); empty
+    #: with fewer than two snapshots.
+    judged_sum_peaks: list[Point] = field(default_factory=list)
     #: What a ``memagent run --record`` recording watched: its title says so.
     command: list[str] | None = None
 
@@ -151,7 +155,11 @@ class PlotData:
 
     @property
     def sum_top(self) -> int:
-        return max((b for _, b in self.sum_peaks), default=0)
+        return max((b for _, b in [*self.sum_peaks, *self.judged_sum_peaks]), default=0)
+
+    #: The two Σ lines' names.
+    SUM_LABEL = "Σ peaks, raw (of the processes alive; shared pages in each)"
+    JUDGED_LABEL = "Σ peaks, the daemon's (share-adjusted: what it alerts on)"
 
     @property
     def gap_seconds(self) -> float:
@@ -175,6 +183,11 @@ class PlotData:
                 last = a.time
             out.append(label)
         return out
+
+    @property
+    def judged_gap_seconds(self) -> float:
+        """:attr:`gap_seconds` for the daemon's Σ line: its snapshots are up to 10 s apart."""
+        return max(self.gap_seconds, 30.0)
 
     def show_capacity(self) -> bool:
         """Whether the capacity line is drawn (over the Σ peaks): only when they reach a
@@ -219,6 +232,7 @@ def plot_data(timeline: Timeline, buckets: int = DEFAULT_BUCKETS) -> PlotData | 
         host=timeline.host, interval=timeline.interval, first=timeline.first, last=timeline.last,
         command=timeline.command,
         samples=len(timeline.sum_peaks), processes=processes, sum_peaks=decimate(timeline.sum_peaks, buckets),
+        judged_sum_peaks=list(timeline.judged_sum_peaks) if timeline.share_adjusted else [],
         capacity_bytes=timeline.capacity_bytes, capacity_configured=timeline.capacity_configured,
         ram_bytes=timeline.ram_bytes,
         alerts=[AlertMark(a.id, a.time, a.kind, a.severity, a.state, a.message, a.pid) for a in timeline.alerts],

@@ -87,6 +87,10 @@ def payload(data: PlotData) -> dict[str, object]:
         "gap_seconds": data.gap_seconds,
         "capacity_words": data.capacity_words() if data.capacity_bytes is not None else None,
         "sum_peaks": [[t, b] for t, b in data.sum_peaks],
+        "sum_label": data.SUM_LABEL,
+        "judged_sum_peaks": [[t, b] for t, b in data.judged_sum_peaks],
+        "judged_label": data.JUDGED_LABEL,
+        "judged_gap_seconds": data.judged_gap_seconds,
         "processes": [_process(p) for p in data.processes],
         "alerts": [{"id": a.id, "time": a.time, "kind": a.kind, "severity": a.severity, "state": a.state,
                     "message": a.message, "pid": a.pid, "labelled": labelled}

@@ -133,8 +133,9 @@ def _peak_words(data: PlotData, rss_ax: Axes, vram_ax: Axes | None) -> None:
 
 def _box(data: PlotData, ax: Axes) -> None:
     """The Σ of the peaks over time, and the capacity they must fit in."""
-    _line(ax, data.sum_peaks, "sum-peaks", SUM, 1.4, "Σ peaks (of the processes alive)", data.gap_seconds,
-          linestyle="--")
+    _line(ax, data.sum_peaks, "sum-peaks", SUM, 1.4, data.SUM_LABEL, data.gap_seconds, linestyle="--")
+    if data.judged_sum_peaks:
+        _line(ax, data.judged_sum_peaks, "sum-peaks-judged", SUM, 1.8, data.JUDGED_LABEL, data.judged_gap_seconds)
     top = data.sum_top
     if data.show_capacity() and data.capacity_bytes is not None:
         line = ax.axhline(data.capacity_bytes, color="black", linewidth=1.2, linestyle="-.", zorder=4,

@@ -105,8 +105,13 @@ class Timeline:
     first: float | None = None
     last: float | None = None
     tracks: dict[Key, Track] = field(default_factory=dict)
-    #: At each sample: its time and the sum of the peaks of the processes alive then.
+    #: At each sample: its time and the sum of the peaks of the processes alive then (raw:
+    #: a page shared by forked workers counts in each of them).
     sum_peaks: list[tuple[float, int]] = field(default_factory=list)
+    #: The daemon's own Σ peaks of the host (share-adjusted: docs/headroom.md), at each
+    #: headroom snapshot in the window: what it judged its alerts with. Empty when the
+    #: recording has none (an older one, or a window between two snapshots).
+    judged_sum_peaks: list[tuple[float, int]] = field(default_factory=list)
     #: The host's RAM (from the segment headers and headroom snapshots).
     ram_bytes: int | None = None
     #: The host headroom's capacity as the daemon judged Σ peaks against it, from the
@@ -132,7 +137,24 @@ class Timeline:
     def oom_kills(self) -> list[Alert]:
         return [a for a in self.alerts if a.kind == AlertKind.OOM_KILL]
 
+    @property
+    def share_adjusted(self) -> bool:
+        """Whether the highest Σ peaks given is the daemon's share-adjusted one: two
+        headroom snapshots or more in the window (one says nothing of the rest of it)."""
+        return len(self.judged_sum_peaks) >= 2
+
+    def sum_series(self) -> list[tuple[float, int]]:
+        """The Σ peaks a report judges: the daemon's own, as it judged its alerts, where
+        recorded (issue 28: a raw Σ counting forked workers' shared buffer four times stood
+        at 175 % of the capacity while the daemon, rightly, warned at 90 %); else the raw
+        sum of the rows."""
+        return self.judged_sum_peaks if self.share_adjusted else self.sum_peaks
+
     def highest_sum(self) -> tuple[float, int] | None:
+        series = self.sum_series()
+        return max(series, key=lambda ts: ts[1]) if series else None
+
+    def highest_raw_sum(self) -> tuple[float, int] | None:
         return max(self.sum_peaks, key=lambda ts: ts[1]) if self.sum_peaks else None
 
     def by_peak(self) -> list[Track]:
@@ -206,6 +228,8 @@ def _add_other(tl: Timeline, frame: Frame, inside: Callable[[float], bool], want
             host = next((h for h in frame.headroom if h.resource == Resource.HOST), None)
             if host is not None and host.capacity_bytes:
                 tl.judged_capacity_bytes, tl.capacity_configured = host.capacity_bytes, host.configured
+            if host is not None and want.everyone:  # a subset (--pid, --label): its own rows
+                tl.judged_sum_peaks.append((frame.time, host.sum_peaks_bytes))
 
 
 def _add_sample(tl: Timeline, frame: Sample, fold: Fold, want: _Filter) -> None:
