@@ -108,7 +108,7 @@ class Scanner:
         (both checked by :mod:`memagent.config.auto`: ConfigError if they do not pass);
         ``trusted_uids``: ``auto_trusted_users`` resolved; ``given``: the labels a scanner
         this one replaces gave (judged again with ``trusted_uids``); ``wrappers``:
-        ``auto_wrappers`` (:meth:`_wrapper_waits`)."""
+        ``auto_wrappers`` (:meth:`_held`)."""
         self.registry = registry
         self.groups = groups or Groups(registry)
         self.procfs: ProcFS = registry.procfs
@@ -274,26 +274,14 @@ class Scanner:
         """Whether a match is a wrapper's, through its command line: judged at a scan."""
         return found.by_cmdline and (comm in self.wrappers or found.exe in self.wrappers)
 
-    def _wrapper_waits(self, pid: int) -> bool:
-        """A wrapper matched by its command line (``runuser ... sh -c "exec python3
-        serve.py"``): whether it is to wait rather than be attached. It waits while none of
-        its children matches (it may not have forked yet), up to :data:`RECHECK_SCANS`
-        scans; once one does (or is watched), it is passed over for good, so that the
-        wrapper is no row, series or label sum of its own; a wrapper that never starts a
-        matching child is attached as itself at its last scan."""
-        for child in self.procfs.children(pid):
-            if self.registry.find_alive(child) is not None:
-                self._wrapped[pid] = 0
-                return True
-            try:
-                if self.match(child, self.procfs.stat(child).comm) is not None:
-                    self._wrapped[pid] = 0
-                    return True
-            except MemagentError:
-                continue
-        left = self._wrapped.get(pid, RECHECK_SCANS + 1) - 1
-        self._wrapped[pid] = left
-        return left > 0
+    def _claims(self, child: int) -> bool:
+        """Whether a wrapper's child is what its command line named: watched, or matching."""
+        if self.registry.find_alive(child) is not None:
+            return True
+        try:
+            return self.match(child, self.procfs.stat(child).comm) is not None
+        except MemagentError:  # gone already, or not ours
+            return False
 
     def on_exec(self, pid: int) -> Watched | None:
         """A process not watched ran a new program: attach it now if it matches (a
@@ -380,12 +368,23 @@ class Scanner:
             return 0
 
     def _held(self, pid: int) -> bool:
-        """A wrapper matched by its command line: whether it is held back this scan
-        (:meth:`_wrapper_waits`), looked at again at the next while it waits."""
-        if self._wrapped.get(pid) != 0 and not self._wrapper_waits(pid):
-            return False
-        if self._wrapped[pid] > 0:
-            self._recheck[pid] = self._wrapped[pid]
-        else:  # passed over for good: a child of its own matched
+        """A wrapper matched by its command line (``runuser ... sh -c "exec python3
+        serve.py"``): whether it is held back this scan rather than attached. Once a child of
+        its own is what it named (:meth:`_claims`), it is passed over for good, so that the
+        wrapper is no row, series or label sum of its own; until then it waits (it may not
+        have forked yet), looked at again at each scan, up to :data:`RECHECK_SCANS`; one
+        whose children never match is attached as itself at its last."""
+        left = self._wrapped.get(pid, RECHECK_SCANS + 1)
+        if left and not any(self._claims(child) for child in self.procfs.children(pid)):
+            left -= 1
+            if not left:
+                self._wrapped.pop(pid, None)
+                return False
+        else:
+            left = 0
+        self._wrapped[pid] = left
+        if left:
+            self._recheck[pid] = left
+        else:
             self._recheck.pop(pid, None)
         return True
