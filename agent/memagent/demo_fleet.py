@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from .errors import MemagentError
 
 if TYPE_CHECKING:
+    from .config import AgentConfig
     from .core.registry import Registry
 
 MiB = 1024 * 1024
@@ -37,6 +38,15 @@ DEMO_CAPACITY = 1024 * MiB
 _PR_SET_PDEATHSIG = 1
 #: The PID a worker's parent had (the environment variable): another one means it died.
 _PARENT = "MEMAGENT_DEMO_PARENT"
+
+
+def demo_config(socket: str, interval: float) -> AgentConfig:
+    """The agent the demo runs under (memtop --demo, memagent demo): no auto-attach (its own
+    fleet only) and :data:`DEMO_CAPACITY`. The configuration is imported here, not at the
+    top: every worker imports this module too, and its memory is the demo's figures."""
+    from .config import AgentConfig, HeadroomConfig
+
+    return AgentConfig(socket=socket, interval=interval, headroom=HeadroomConfig(host_capacity=DEMO_CAPACITY))
 
 
 def touched(n_bytes: int) -> bytearray:

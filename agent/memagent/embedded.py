@@ -14,8 +14,8 @@ import logging
 import os
 
 from .agent_thread import AgentThread
-from .config import AgentConfig, HeadroomConfig
-from .demo_fleet import DEMO_CAPACITY, Fleet, attach_fleet
+from .config import AgentConfig
+from .demo_fleet import Fleet, attach_fleet, demo_config
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,7 @@ class EmbeddedAgent(AgentThread):
         # within a minute it shows a warning, then a critical alert, whatever the box.
         def config(socket: str) -> AgentConfig:
             if demo:
-                return AgentConfig(socket=socket, interval=interval,
-                                   headroom=HeadroomConfig(host_capacity=DEMO_CAPACITY))
+                return demo_config(socket, interval)
             return AgentConfig(socket=socket, interval=interval, auto=list(patterns))
 
         super().__init__(config, prefix="memtop-", name="memagent-embedded")

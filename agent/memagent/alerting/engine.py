@@ -284,8 +284,8 @@ def _size(n: int | None) -> str:
 
 
 def _duration(seconds: float) -> str:
-    """Hours past two, else minutes, else seconds (under 6 s, "0.1 min" rounded to "0.0 min"
-    read as "already gone" when it was not: issue 28)."""
+    """Hours from two hours, minutes from one minute, else whole seconds (a few seconds
+    shown as "0.0 min" read as "already gone" when it was not: issue 28)."""
     if seconds >= 7200:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{max(1, round(seconds))} s"

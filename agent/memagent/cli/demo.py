@@ -14,9 +14,8 @@ import time
 from memproto.text import printable
 
 from ..agent import Agent
-from ..config import AgentConfig, HeadroomConfig
 from ..daemon import setup_logging
-from ..demo_fleet import DEMO_CAPACITY, Fleet, attach_fleet
+from ..demo_fleet import Fleet, attach_fleet, demo_config
 from ..errors import DaemonAlreadyRunning, SocketPathError
 from .render import format_table
 
@@ -26,7 +25,7 @@ def run_demo_printing(socket: str | None, seconds: float | None) -> int:
     on stderr when the agent cannot listen on ``socket``."""
     setup_logging()
     path = socket or os.path.join(tempfile.mkdtemp(prefix="memagent-demo-"), "memagent.sock")
-    agent = Agent(AgentConfig(socket=path, interval=0.5, headroom=HeadroomConfig(host_capacity=DEMO_CAPACITY)))
+    agent = Agent(demo_config(path, 0.5))
 
     async def main() -> None:
         stop = asyncio.Event()

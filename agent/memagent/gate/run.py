@@ -43,11 +43,6 @@ if TYPE_CHECKING:
     from .run_agent import Child, Sentinel
 
 PROG = "memagent run"
-
-
-class AgentSilent(MemagentError):
-    """The run's own agent (a thread of ``memagent run``) gave no answer in time."""
-
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WATCHED_SIGNALS = {*FORWARDED, signal.SIGCHLD}
 #: How long one wait for a frame lasts (signals and CMD's exit are looked at in between).
@@ -61,6 +56,10 @@ AGENT_ANSWERS_WITHIN = 120.0
 EXIT_SEEN_WITHIN = 3
 #: ``si_code`` of a signal the kernel sent (a terminal's Ctrl-C: CMD got it too).
 SI_KERNEL = 0x80
+
+
+class AgentSilent(MemagentError):
+    """The run's own agent (a thread of ``memagent run``) gave no answer in time."""
 
 class Watch:
     """What the stream says while CMD runs: the tree, the peaks, the stacks at the peaks.
