@@ -23,6 +23,8 @@ Prints a report; asserts nothing. See bench/README.md for what each number means
     poller                                                          (fleet_cost.py)
 17. what a command line costs: memagent ls/status/attach against `import psutil`, memagent
     run's overhead and its starts beside two CPU hogs                (cli_cost.py)
+18. memtop --replay of an hour of 100 busy processes: the first screen, End, a seek back,
+    the peak RSS                                                     (replay_cost.py)
 
 All watched processes are children of this process in one process group, killed on the
 way out whatever happens (SIGTERM included).
@@ -52,7 +54,7 @@ from fleet import Fleet  # noqa: E402
 from memagent.agent import raise_fd_limit  # noqa: E402
 
 PROCESSES = 1000
-#: Parts 6-16, each in a process of its own: (title, script).
+#: Parts 6-18, each in a process of its own: (title, script).
 PARTS_ALONE = (
     ("6. memtop at 1000 rows", "memtop_update.py"),
     ("7. stacks overhead on the watched process", "stacks_overhead.py"),
@@ -68,6 +70,7 @@ PARTS_ALONE = (
      "fleet_cost.py"),
     ("17. command lines: ls/status/attach CPU against import psutil; memagent run's overhead, under two CPU hogs",
      "cli_cost.py"),
+    ("18. memtop --replay of an hour of 100 busy processes: first screen, seeks, RSS", "replay_cost.py"),
 )
 PYTHONS = 20
 

@@ -27,7 +27,7 @@ import math
 import os
 import stat
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, ClassVar
 
@@ -363,7 +363,20 @@ class SegmentReader:
         self.header = header
 
     def __iter__(self) -> Iterator[Frame]:
+        for _, _, frame in self.positioned():
+            yield frame
+
+    def positioned(self, offset: int | None = None, skip: int = 0) -> Iterator[tuple[int, int, Frame]]:
+        """The frames with where each is: the byte offset of the outer frame holding it (a
+        batch, or the frame itself) and its index among that frame's inner frames. Given
+        an ``offset`` from an earlier reading of the same file, the reading resumes there,
+        ``skip`` inner frames of that outer frame left out: a replay seeks without reading
+        a segment again from its start (the rows of the samples before are the caller's
+        to have kept: :meth:`Playback.copy`)."""
+        if offset is not None:
+            self.stream.seek(offset)
         while not self.damage:
+            at = self.stream.tell()
             try:
                 payload, partial = _read_frame(self.stream)
             except ProtocolError as exc:
@@ -374,19 +387,22 @@ class SegmentReader:
                     self.damage.append(f"{self.name}: the last {partial} bytes are an incomplete frame "
                                        "(written when the recorder stopped); skipped")
                 return
-            yield from self._frames(payload)
+            for index, frame in self._frames(payload, skip):
+                yield at, index, frame
+            skip = 0
 
-    def _frames(self, payload: bytes) -> Iterator[Frame]:
+    def _frames(self, payload: bytes, skip: int = 0) -> Iterator[tuple[int, Frame]]:
         try:
             body = unpack(payload)
             if type(body) is dict and body.get("t") == _BATCH:
-                payloads: Iterable[bytes] = list(_unbatch(_inflate(body.get("z"))))
+                payloads: Sequence[bytes] = list(_unbatch(_inflate(body.get("z"))))
             else:
                 payloads = [payload]
         except ProtocolError as exc:
             self.damage.append(f"{self.name}: a damaged batch: {exc}; the rest of the segment skipped")
             return
-        for inner in payloads:
+        for index in range(skip, len(payloads)):
+            inner = payloads[index]
             try:
                 frame = decode_recorded(inner)
                 if not isinstance(frame, Sample) and not _plausible(frame, unpack(inner)):
@@ -398,7 +414,7 @@ class SegmentReader:
                 self.damage.append(f"{self.name}: a frame that does not decode: {exc}; "
                                    "the rest of the segment skipped")
                 return
-            yield frame
+            yield index, frame
 
 
 def _near_magic(head: bytes) -> bool:
@@ -500,6 +516,14 @@ class Playback:
         self._checks: tuple[list[int], list[int]] = ([], [])
         #: Rows and samples skipped for a value in them that cannot be.
         self.non_finite = 0
+
+    def copy(self) -> Playback:
+        """Another playback that goes on from where this one is (a replay's checkpoint: the
+        rows are never changed in place, so the map of them is copied, not each row)."""
+        other = Playback()
+        other.header, other.rows = self.header, dict(self.rows)
+        other._fields, other._checks = self._fields, self._checks
+        return other
 
     def feed(self, frame: Frame) -> Frame | None:
         """The frame as a subscriber had it; None for a sample that is not given out."""
@@ -610,6 +634,24 @@ def _headers(paths: Sequence[str], on_damage: Callable[[str], None]) -> list[tup
     return headers
 
 
+def recording_segments(paths: Sequence[str], *, since: float | None = None, until: float | None = None,
+                       on_damage: Callable[[str], None] | None = None) -> list[tuple[str, SegmentHeader]]:
+    """The segments at ``paths`` (files or directories) in the order they were written, each
+    with its header: those that end before ``since`` (the next one begins before it) or
+    begin after ``until`` left out. What cannot be read is as :func:`open_recording` says."""
+    headers = _headers(paths, on_damage if on_damage is not None else (lambda line: None))
+    headers.sort(key=lambda nh: (nh[1].start_time, nh[1].sequence))
+    kept = []
+    for i, (name, header) in enumerate(headers):
+        following = headers[i + 1][1].start_time if i + 1 < len(headers) else None
+        if since is not None and following is not None and following <= since:
+            continue
+        if until is not None and header.start_time > until:
+            break
+        kept.append((name, header))
+    return kept
+
+
 def open_recording(paths: Sequence[str], *, since: float | None = None, until: float | None = None,
                    on_damage: Callable[[str], None] | None = None) -> Iterator[Frame]:
     """Every frame of the segments at ``paths`` (files or directories), each segment's
@@ -622,16 +664,23 @@ def open_recording(paths: Sequence[str], *, since: float | None = None, until: f
     of values that are NaN or infinite, one line a segment. A file named in ``paths``
     that cannot be read: :class:`RecordingError` (:class:`DamagedSegment`,
     :class:`NotARegularFile`) or ``OSError``, as is a directory of which no segment reads."""
+    segments = recording_segments(paths, since=since, until=until, on_damage=on_damage)
+    for *_, frame in played_frames(segments, Playback(), on_damage=on_damage):
+        yield frame
+
+
+def played_frames(segments: Sequence[tuple[str, SegmentHeader]], playback: Playback, *, segment: int = 0,
+                  offset: int | None = None, skip: int = 0,
+                  on_damage: Callable[[str], None] | None = None) -> Iterator[tuple[int, int, int, Frame]]:
+    """The frames of ``segments`` (:func:`recording_segments`) through ``playback``, each
+    with where it is: the index of its segment, the byte offset of its outer frame and its
+    index there (:meth:`SegmentReader.positioned`; a segment's header: offset 0, index -1).
+    From ``segments[segment]`` on; with ``offset``, that segment is resumed there, ``skip``
+    inner frames left out, ``playback`` as it was after the frame before (a replay's seek).
+    A segment dropped or replaced since its header was read is skipped (told unless gone)."""
     tell = on_damage if on_damage is not None else (lambda line: None)
-    headers = _headers(paths, tell)
-    headers.sort(key=lambda nh: (nh[1].start_time, nh[1].sequence))
-    playback = Playback()
-    for i, (name, header) in enumerate(headers):
-        following = headers[i + 1][1].start_time if i + 1 < len(headers) else None
-        if since is not None and following is not None and following <= since:
-            continue
-        if until is not None and header.start_time > until:
-            break
+    for i in range(segment, len(segments)):
+        name = segments[i][0]
         try:
             stream = open_segment(name)  # closed below (with)
         except (RecordingError, OSError) as exc:  # dropped or replaced since its header was read
@@ -644,23 +693,20 @@ def open_recording(paths: Sequence[str], *, since: float | None = None, until: f
             except RecordingError as exc:
                 tell(_why_skipped(name, exc))
                 continue
-            yield from _played(reader, playback, tell)
-
-
-def _played(reader: SegmentReader, playback: Playback, tell: Callable[[str], None]) -> Iterator[Frame]:
-    """One segment's frames through ``playback``, then its damage told."""
-    before = playback.non_finite
-    yield playback.feed(reader.header)  # type: ignore[misc]  # a header is always given out
-    for frame in reader:
-        played = playback.feed(frame)
-        if played is not None:
-            yield played
-    for line in reader.damage:
-        tell(line)
-    skipped = reader.non_finite + playback.non_finite - before
-    if skipped:
-        tell(f"{reader.name}: {skipped} rows or frames skipped for values that cannot be "
-             "(NaN, infinite, out of range)")
+            resumed = i == segment and offset is not None
+            before = playback.non_finite
+            if not resumed:
+                yield i, 0, -1, playback.feed(reader.header)  # type: ignore[misc]  # a header is given out
+            for at, index, frame in reader.positioned(offset if resumed else None, skip if resumed else 0):
+                played = playback.feed(frame)
+                if played is not None:
+                    yield i, at, index, played
+            for line in reader.damage:
+                tell(line)
+            skipped = reader.non_finite + playback.non_finite - before
+            if skipped:
+                tell(f"{reader.name}: {skipped} rows or frames skipped for values that cannot be "
+                     "(NaN, infinite, out of range)")
 
 
 __all__ = [
@@ -684,5 +730,7 @@ __all__ = [
     "open_recording",
     "open_segment",
     "pack_batch",
+    "played_frames",
+    "recording_segments",
     "segment_files",
 ]

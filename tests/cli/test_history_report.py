@@ -19,7 +19,6 @@ import pytest
 from memagent.cli.args import UsageError
 from memagent.cli.main import main
 from memagent.cli.recording_args import window
-from memagent.recordings.timeline import parse_when
 from memproto.frames import AlertRaised, Attached, Exited, Frame
 from memproto.recording import FORMAT_VERSION, HeadroomSnapshot, PeakStack, SegmentHeader, SegmentWriter
 from memproto.records import (
@@ -32,6 +31,7 @@ from memproto.records import (
     ThreadStack,
 )
 from memproto.version import PROTOCOL_MAJOR, PROTOCOL_MINOR
+from memproto.when import parse_when
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB

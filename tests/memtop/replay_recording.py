@@ -124,3 +124,27 @@ def write_recording(folder: Path, gap: float = 0.0) -> list[Path]:
         path.write_bytes(bytes(out))
         paths.append(path)
     return paths
+
+
+def write_long(folder: Path, samples: int, processes: int, interval: float = 0.5) -> Path:
+    """One segment of ``samples`` samples of ``processes`` processes whose every row changes
+    at every sample (the worst case of the recorder's deltas), a batch each two samples."""
+    folder.mkdir(parents=True, exist_ok=True)
+    writer = SegmentWriter(SegmentHeader(1, HOST, T0, interval, [1, 6], "memagent test", "daemon", 4242, TOTAL, 1))
+    out = bytearray(writer.header_bytes())
+    pids = range(7000, 7000 + processes)
+    for pid in pids:
+        writer.add(Attached(ProcessInfo(pid=pid, start_time=T0 - pid, name="python3", cmdline=["python3", "m.py"],
+                                        label=None, uid=1000, alive=True, attached_at=T0, exited_at=None,
+                                        rss_bytes=MiB, rss_peak_bytes=MiB, anon_bytes=MiB, swap_bytes=0,
+                                        rss_peak_exact=True, peak_since=T0)))
+    for i in range(samples):
+        rows = [[pid, T0 - pid, True, (100 + (i * 7 + pid) % 50) * MiB, 150 * MiB, MiB, 0, None, None, True]
+                for pid in pids]
+        writer.add_sample(i + 1, T0 + i * interval, interval, rows, SAMPLE_COLUMNS)
+        if i % 2:
+            out += writer.take()
+    out += writer.take()
+    path = folder / "segment-0001.mrec"
+    path.write_bytes(bytes(out))
+    return path

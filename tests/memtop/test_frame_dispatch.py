@@ -13,7 +13,7 @@ from memproto.frames import EVENTS, REPLIES, Error, Frame
 from memproto.recording import RECORDING_TYPES
 from memtop.app import MemtopApp
 from memtop.model import FRAME_HANDLERS, FleetModel
-from memtop.replay_data import Recording, ReplayEngine
+from memtop.replay_data import Playhead
 
 #: Every frame type memtop can be given: the wire's events and replies, a recording's own.
 ALL_TYPES: tuple[type[Frame], ...] = (*EVENTS, *REPLIES, *RECORDING_TYPES.values())
@@ -60,8 +60,8 @@ def test_live_and_replay_hand_every_frame_to_the_same_model_apply(applied: list[
 
     applied.clear()
     frames = [bare(t) for t in ALL_TYPES]
-    engine = ReplayEngine(Recording("test", "host", frames, [float(i) for i in range(len(frames))]))
-    engine.advance(float(len(frames)))
+    head = Playhead(FleetModel(), iter([(float(i), f) for i, f in enumerate(frames)]))  # what every replay moves
+    head.advance(float(len(frames)))
     assert applied == list(ALL_TYPES)
     assert live == {t for t in ALL_TYPES if t in FRAME_HANDLERS}
     assert live >= set(EVENTS)

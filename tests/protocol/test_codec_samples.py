@@ -148,3 +148,25 @@ def test_sample_with_reordered_columns() -> None:
     assert isinstance(frame, Sample)
     first = frame.records()[0]
     assert (first.pid, first.rss_bytes, first.alive) == (4242, 512 * MiB, True)
+
+
+def test_validate_by_shapes_takes_and_refuses_what_value_by_value_did() -> None:
+    """``Sample.validate`` checks each distinct shape of row (its values' exact types) once:
+    an int subclass still passes (value by value), a bool in an int column or a float PID
+    is still refused with its row, and a short row anywhere is named."""
+    import enum
+
+    class Count(enum.IntEnum):
+        ONE = 1
+
+    rows = [[*SAMPLE_ROWS[0], None, None, True] for _ in range(50)]
+    Sample(1, 1.0, 1.0, list(SAMPLE_COLUMNS), [*rows, [Count.ONE, *rows[0][1:]]]).validate()
+    for col, bad in ((SAMPLE_COLUMNS.index("rss_bytes"), True), (SAMPLE_COLUMNS.index("pid"), 1.5)):
+        row = list(rows[0])
+        row[col] = bad
+        with pytest.raises(ProtocolError, match=SAMPLE_COLUMNS[col]) as err:
+            Sample(1, 1.0, 1.0, list(SAMPLE_COLUMNS), [*rows, row]).validate()
+        assert err.value.field == "rows[50]"
+    with pytest.raises(ProtocolError, match="row has 9 values for 10 columns") as err:
+        Sample(1, 1.0, 1.0, list(SAMPLE_COLUMNS), [*rows[:7], rows[0][:-1], *rows]).validate()
+    assert err.value.field == "rows[7]"

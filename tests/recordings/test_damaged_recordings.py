@@ -26,7 +26,7 @@ from memagent.recordings.plot_html import render
 from memagent.recordings.report_text import text_lines as report_lines
 from memagent.recordings.source import read_timeline
 from memproto.recording import RecordingError, SegmentReader
-from memtop.replay_data import ReplayEngine, check_recording, load_recording
+from memtop.replay_data import ReplayEngine, Span, check_recording
 
 MEMAGENT = str(Path(sys.executable).parent / "memagent")
 MEMTOP = str(Path(sys.executable).parent / "memtop")
@@ -99,11 +99,11 @@ def test_plot_draws_the_good_segments_and_says_each_damaged_one(folder: tuple[Pa
 def test_memtop_replays_the_good_segments(folder: tuple[Path, dict[str, str]]) -> None:
     path, bad = folder
     assert check_recording(str(path)) is None
-    rec = load_recording(str(path))
-    assert rec.samples == SAMPLES and len(rec.damage) == len(bad) + len(INNER_DAMAGE)
-    engine = ReplayEngine(rec)
-    engine.advance(rec.last)
-    assert engine.model.snapshot().rows
+    engine = ReplayEngine(Span.open(str(path)))
+    engine.index.run()
+    assert engine.index.samples == SAMPLES and len(engine.index.damage) == len(bad) + len(INNER_DAMAGE)
+    engine.seek(engine.last)
+    assert engine.at_end and engine.model.snapshot().rows
 
 
 @pytest.mark.parametrize("name", ["seg-0005.mrec", "seg-0006.mrec", "seg-0007.mrec", "seg-0008.mrec",
@@ -182,11 +182,11 @@ def every_reader(path: str) -> None:
             render(data, title(data))
     check_recording(path)
     try:
-        rec = load_recording(path)
+        engine = ReplayEngine(Span.open(path))
     except RecordingError:
         return
-    engine = ReplayEngine(rec)
-    engine.advance(rec.last)
+    engine.index.run()
+    engine.seek(engine.last)
     engine.model.snapshot()
 
 

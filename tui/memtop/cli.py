@@ -10,8 +10,10 @@ import argparse
 import logging
 import math
 import sys
+import time
 from typing import TYPE_CHECKING
 
+from memproto import when
 from memproto.paths import SYSTEM_SOCKET
 
 from . import __version__
@@ -76,14 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a recording's segment file, or a directory of segments (the daemon's)")
     replay.add_argument("--speed", type=_speed, default=None,
                         help=f"start speed, {SPEED_MIN:g} to {SPEED_MAX:g} (1); then + and - double and halve it")
+    replay.add_argument("--since", metavar="WHEN",
+                        help="start at this time (2h, 30m, 2026-11-30T14:00, @UNIX; as memagent report's)")
+    replay.add_argument("--until", metavar="WHEN", help="end at this time (same forms)")
     return parser
 
 
 def _replay_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--replay plays a file: the options that choose or tune an agent make no sense with it."""
     if args.replay is None:
-        if args.speed is not None:
-            parser.error("--speed is the replay's: only with --replay")
+        given = [flag for flag in ("speed", "since", "until") if getattr(args, flag) is not None]
+        if given:
+            parser.error(f"--{given[0]} is the replay's: only with --replay")
         return
     live = [flag for flag, given in (("--embedded", args.embedded), ("--no-embedded", args.no_embedded),
                                      ("--demo", args.demo), ("--socket", args.socket is not None),
@@ -104,8 +110,13 @@ def entry(argv: list[str] | None = None) -> None:
     if args.demo and args.no_embedded:
         parser.error("--demo runs an embedded agent: not with --no-embedded")
     _replay_usage(parser, args)
+    since = until = None
     if args.replay is not None:  # before the screen: a file that does not play is one line
-        why = check_recording(args.replay)
+        try:
+            since, until = when.window(args.since, args.until, time.time())
+        except ValueError as exc:
+            parser.error(str(exc))
+        why = check_recording(args.replay, since, until)
         if why is not None:
             print(f"memtop: {why}", file=sys.stderr)
             sys.exit(2)
@@ -124,7 +135,7 @@ def entry(argv: list[str] | None = None) -> None:
     if args.replay is not None:
         from .replay import ReplayApp
 
-        app = ReplayApp(args.replay, speed=args.speed or 1.0)
+        app = ReplayApp(args.replay, speed=args.speed or 1.0, since=since, until=until)
     else:
         app = MemtopApp(args.socket, embedded=mode, demo=args.demo, embedded_interval=args.interval or 0.5)
     with TerminalWatch(lambda: _terminal_lost(app)):

@@ -33,7 +33,7 @@ from memproto.frames import (
     StatusOk,
 )
 from memproto.recording import HeadroomSnapshot, PeakStack, SegmentHeader, Thinned
-from memproto.records import Alert, DaemonStatus, GpuInfo, Headroom, ProcessInfo, ProcessSample, Series
+from memproto.records import Alert, DaemonStatus, GpuInfo, Headroom, ProcessInfo, Series
 from memproto.series import PeakSeries
 from memproto.text import display_name, fuller_cmdline
 from memproto.vocabulary import AlertKind, AlertState, StackState
@@ -233,24 +233,28 @@ class _Proc:
         # A replayed keyframe's copy of an exited process has its command line cut: keep the whole one.
         cmdline = fuller_cmdline(p.cmdline, self.info.cmdline)
         self.info = p if cmdline == p.cmdline else replace(p, cmdline=cmdline)
-        self.take_memory(p)
+        self.take_memory(p.alive, p.rss_bytes, p.rss_peak_bytes, p.anon_bytes, p.swap_bytes, p.vram_bytes,
+                         p.vram_peak_bytes, p.rss_peak_exact)
         self.stack_state = p.stack_state
 
-    def take_memory(self, m: ProcessInfo | ProcessSample) -> None:
-        """The figures a list entry and a sample row both carry, under the same names.
+    def take_memory(self, alive: bool, rss: int, peak: int, anon: int, swap: int, vram: int | None,
+                    vram_peak: int | None, peak_exact: bool | None) -> None:
+        """The figures a list entry and a sample row both carry. Values, not a record: a
+        sample's rows are read by column (:meth:`FleetModel.apply_sample`), without a
+        record a row.
 
         The peak's exactness changes without a new list (reset-peaks, an exit record): a
         v1.5 row carries it; an older agent's row has nil there, and the last list's
         flag stays."""
-        self.alive = m.alive
-        self.rss = m.rss_bytes
-        self.peak = m.rss_peak_bytes
-        self.anon = m.anon_bytes
-        self.swap = m.swap_bytes
-        self.vram = m.vram_bytes
-        self.vram_peak = m.vram_peak_bytes
-        if m.rss_peak_exact is not None:
-            self.peak_exact = m.rss_peak_exact
+        self.alive = alive
+        self.rss = rss
+        self.peak = peak
+        self.anon = anon
+        self.swap = swap
+        self.vram = vram
+        self.vram_peak = vram_peak
+        if peak_exact is not None:
+            self.peak_exact = peak_exact
 
     def row(self, share: float) -> ProcRow:
         p, c = self.info, self.info.container  # CONTAINER: the name, else the short ID Docker shows
@@ -342,14 +346,21 @@ class FleetModel:
         self.interval = sample.interval
         now = sample.time
         procs = self._procs
-        for rec in sample.records():
-            proc = procs.get((rec.pid, rec.start_time))
+        # By column, not Sample.records(): a record a row was half of a replay's time.
+        c = sample.column_index()
+        pid, start, alive_at, rss_at, peak, anon, swap = (c["pid"], c["start_time"], c["alive"], c["rss_bytes"],
+                                                          c["rss_peak_bytes"], c["anon_bytes"], c["swap_bytes"])
+        vram, vram_peak, exact = c["vram_bytes"], c["vram_peak_bytes"], c["rss_peak_exact"]
+        for row in sample.rows:
+            proc = procs.get((row[pid], float(row[start])))
             if proc is None:
                 continue  # attached event not seen yet; the list on connect fills it
-            if rec.alive:
-                proc.growth.add(now, rec.rss_bytes)
-                proc.trail.add(now, rec.rss_bytes)
-            proc.take_memory(rec)
+            alive, rss = row[alive_at], row[rss_at]
+            if alive:
+                proc.growth.add(now, rss)
+                proc.trail.add(now, rss)
+            proc.take_memory(alive, rss, row[peak], row[anon], row[swap], row[vram] if vram >= 0 else None,
+                             row[vram_peak] if vram_peak >= 0 else None, row[exact] if exact >= 0 else None)
 
     def apply_dropped(self, count: int) -> None:
         """The daemon's total of samples dropped for this client (it read too slowly)."""

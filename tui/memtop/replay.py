@@ -15,6 +15,7 @@ line. The keys are the live ones plus :data:`ReplayApp.BINDINGS`.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from memproto.text import printable
 
 from .app import MemtopApp
 from .messages import ReplayMoved, ReplayNote
-from .replay_data import SPEED_MAX, SPEED_MIN, Recording, ReplayEngine, load_recording
+from .replay_data import IN_PLACE_SECONDS, SPEED_MAX, SPEED_MIN, ReplayEngine, Span
 from .replay_types import ReplayState, local_time
 from .widgets.header import LinkState, MemHeader
 
@@ -43,9 +44,6 @@ GAP_WALL = 1.0
 MIN_STEP = 0.05
 #: Most wall seconds without an update of the time shown (it moves through a gap too).
 MAX_STEP = 0.5
-#: Frames a seek forward applies on the UI loop (about 0.1 s for 100 busy processes);
-#: a longer way is built in a thread, the screen staying as it was meanwhile.
-IN_PLACE = 200
 #: Damage lines shown one by one; the rest are counted.
 DAMAGE_SHOWN = 3
 
@@ -63,14 +61,16 @@ def span(seconds: float) -> str:
 
 
 class Replayer:
-    """The replay worker: loads the recording, then moves its clock and posts what a live
-    memtop would have shown at each moment. The app's keys call its controls (on the UI
-    loop); each wakes the worker, which applies them between two steps."""
+    """The replay worker: opens the recording, shows its first moment, then moves its clock
+    and posts what a live memtop would have shown at each moment, while the index
+    (:class:`~memtop.replay_data.Index`, in a thread) reads the rest. The app's keys call
+    its controls (on the UI loop); each wakes the worker, which applies them between two
+    steps."""
 
-    def __init__(self, source: str | Recording, post: Callable[[Message], object], *, speed: float = 1.0,
-                 paused: bool = False) -> None:
-        self.source = source if isinstance(source, str) else source.source
-        self._recording = source if isinstance(source, Recording) else None
+    def __init__(self, source: str, post: Callable[[Message], object], *, speed: float = 1.0,
+                 paused: bool = False, since: float | None = None, until: float | None = None) -> None:
+        self.source = source
+        self.since, self.until = since, until
         self.post = post
         self.speed = clamp_speed(speed)
         self.paused = paused
@@ -81,21 +81,25 @@ class Replayer:
         self._seeking: float | None = None
         self._wake = asyncio.Event()
         self._stopped = False
+        #: Damage lines of the index's already posted; whether its end was said.
+        self._told = 0
+        self._index_said = False
 
     def stop(self) -> None:
-        """memtop quits: a reading or a build under way in a thread ends early."""
+        """memtop quits: the index and a build under way in a thread end early."""
         self._stopped = True
         if self.engine is not None:
-            self.engine.stopped = True
+            self.engine.close()
 
     @property
     def state(self) -> ReplayState:
         engine = self.engine
         if engine is None:
             return ReplayState(self.source, speed=self.speed, paused=self.paused, error=self.error)
-        rec = engine.recording
-        return ReplayState(self.source, rec.host, engine.clock, rec.first, rec.last, self.speed, self.paused, False,
-                           seeking=self._seeking)
+        index = engine.index
+        return ReplayState(self.source, engine.span.host, engine.clock, engine.first, engine.last, self.speed,
+                           self.paused, False, seeking=self._seeking,
+                           indexing=None if index.done else index.progress)
 
     # ------------------------------------------------------------------ controls (UI loop)
 
@@ -103,7 +107,7 @@ class Replayer:
         """Pause, or play on; at the end, play again from the start."""
         engine = self.engine
         if self.paused and engine is not None and self._seek is None and engine.at_end:
-            self._seek = engine.recording.first
+            self._seek = engine.first
         self.paused = not self.paused
         self._wake.set()
 
@@ -120,6 +124,7 @@ class Replayer:
         self.seek_to(base + seconds)
 
     def seek_to(self, t: float) -> None:
+        """Seek to ``t`` (``math.inf``: the end, wherever the index finds it)."""
         engine = self.engine
         if engine is not None:
             self._seek = engine.clamp(t)
@@ -129,40 +134,66 @@ class Replayer:
 
     async def run(self) -> None:
         try:
-            recording = self._recording
-            if recording is None:
-                recording = await asyncio.to_thread(load_recording, self.source, None, lambda: self._stopped)
+            span = Span.open(self.source, self.since, self.until)
+            self.engine = engine = ReplayEngine(span)
         except (RecordingError, OSError) as exc:
             self.error = str(exc) if isinstance(exc, RecordingError) else exc.strerror or str(exc)
             self.post(ReplayNote(f"cannot replay {self.source}: {self.error}", "error"))
             self._publish(False)
             return
-        self.engine = engine = ReplayEngine(recording)
-        for line in recording.damage[:DAMAGE_SHOWN]:
-            self.post(ReplayNote(line, "warning"))
-        if len(recording.damage) > DAMAGE_SHOWN:
-            self.post(ReplayNote(f"and {len(recording.damage) - DAMAGE_SHOWN} more damaged parts skipped", "warning"))
-        if not recording.samples:
-            self.post(ReplayNote("the recording holds no samples", "warning"))
-        engine.advance(recording.first)  # what a client is told at once: the list, the headroom
+        # What a client is told at once (the list, the headroom); with --since, all that
+        # comes before it in its segment: in a thread, the screen saying it reads meanwhile.
+        await asyncio.to_thread(engine.advance, engine.first)
+        if engine.at_end and self.since is not None and engine.previous_time < self.since:
+            self.post(ReplayNote(f"nothing recorded after --since {local_time(self.since)}: the recording ends at "
+                                 f"{local_time(engine.previous_time)}", "warning"))
         self._publish(True)
-        while True:
+        loop = asyncio.get_running_loop()
+
+        def read_on() -> None:  # the index's thread: wake the worker (the header says how far)
+            loop.call_soon_threadsafe(self._wake.set)
+
+        index = asyncio.ensure_future(asyncio.to_thread(engine.index.run, read_on))
+        try:
+            await self._play(engine)
+        finally:
+            engine.close()  # the index's thread ends within STOP_CHECK frames
+            index.cancel()
+
+    async def _play(self, engine: ReplayEngine) -> None:
+        while not self._stopped:
+            self._tell_index(engine)
             if self._seek is not None:
                 await self._do_seek(engine)
             elif self.paused or engine.at_end:
                 if not self.paused:  # the end: hold it
                     self.paused = True
-                    self._publish(False)
+                self._publish(False)
                 self._wake.clear()
                 await self._wake.wait()
             else:
                 await self._step(engine)
 
+    def _tell_index(self, engine: ReplayEngine) -> None:
+        """The index's damage as it finds it (the first few, then a count once it is done),
+        and that the recording holds no samples."""
+        index = engine.index
+        damage = index.damage
+        while self._told < min(len(damage), DAMAGE_SHOWN):
+            self.post(ReplayNote(damage[self._told], "warning"))
+            self._told += 1
+        if index.done and not self._index_said:
+            self._index_said = True
+            if len(damage) > DAMAGE_SHOWN:
+                self.post(ReplayNote(f"and {len(damage) - DAMAGE_SHOWN} more damaged parts skipped", "warning"))
+            if not index.samples:
+                self.post(ReplayNote("the recording holds no samples", "warning"))
+
     async def _step(self, engine: ReplayEngine) -> None:
         """Wait for the next frame (or a control), then move the clock as far as the wall
         time waited allows at the speed: every frame had by then is applied."""
-        rec, clock, nxt = engine.recording, engine.clock, engine.next_time
-        gap = nxt - (rec.times[engine.pos - 1] if engine.pos else rec.first)
+        clock, nxt = engine.clock, engine.next_time
+        gap = nxt - engine.previous_time
         rate = self.speed if gap <= MAX_GAP else max(self.speed, gap / GAP_WALL)
         due = (nxt - clock) / rate
         wait = min(max(due, MIN_STEP), MAX_STEP)
@@ -187,20 +218,39 @@ class Replayer:
         target, self._seek = self._seek, None
         self._seeking = target
         try:
-            end = engine.recording.index_after(target)
-            if engine.pos <= end <= engine.pos + IN_PLACE:
+            if not await self._index_passed(engine, target):
+                return  # another seek was asked for meanwhile: that one is done next
+            base, long_way = engine.plan(target)
+            if base is engine.head:
                 engine.advance(target)
             else:
-                base, start = engine.base_for(end)
-                if end - start <= IN_PLACE:
-                    model = engine.build(base, start, end)
-                else:
+                if long_way:
                     self._publish(False)  # says it seeks; the screen stays meanwhile
-                    model = await asyncio.to_thread(engine.build, base, start, end)
-                engine.install(model, end, target)
+                    head = await asyncio.to_thread(engine.build, base, target)
+                else:
+                    head = engine.build(base, target)
+                if self._stopped:
+                    return
+                engine.install(head, target)
         finally:
             self._seeking = None
         self._publish(True)
+
+    async def _index_passed(self, engine: ReplayEngine, target: float) -> bool:
+        """Wait, when ``target`` is a long way ahead of the moment shown, for the index to
+        read past it (it is on its way there; reading the same frames twice at once would
+        take both twice as long): then its checkpoint is the nearest. False when another
+        seek is asked for meanwhile, or memtop quits."""
+        index = engine.index
+        if target <= engine.clock + IN_PLACE_SECONDS:
+            return True
+        while not index.done and index.last < target:
+            self._publish(False)  # says it seeks, and how far the index has read
+            self._wake.clear()
+            await _wait(self._wake, MAX_STEP)
+            if self._seek is not None or self._stopped:
+                return False
+        return True
 
     def _publish(self, changed: bool) -> None:
         engine = self.engine
@@ -246,9 +296,10 @@ class ReplayApp(MemtopApp):
 
     replay: reactive[ReplayState] = reactive(ReplayState, init=False)
 
-    def __init__(self, source: str | Recording, *, speed: float = 1.0, paused: bool = False) -> None:
+    def __init__(self, source: str, *, speed: float = 1.0, paused: bool = False, since: float | None = None,
+                 until: float | None = None) -> None:
         super().__init__(connect=False)
-        self.replayer = Replayer(source, self.post_message, speed=speed, paused=paused)
+        self.replayer = Replayer(source, self.post_message, speed=speed, paused=paused, since=since, until=until)
 
     def compose(self) -> ComposeResult:
         """The live screen's widgets, the header bound to the replay's state as well."""
@@ -306,7 +357,7 @@ class ReplayApp(MemtopApp):
     def action_replay_jump(self, where: str) -> None:
         engine = self.replayer.engine
         if engine is not None:
-            self.replayer.seek_to(engine.recording.first if where == "start" else engine.recording.last)
+            self.replayer.seek_to(engine.first if where == "start" else math.inf)
 
     def _no_daemon(self, what: str) -> None:
         self.notify(f"{what} needs a live daemon: this is a recording", severity="warning")

@@ -7,6 +7,7 @@ imports replay and replay imports them, an import cycle (``tests/test_import_cyc
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -34,12 +35,16 @@ class ReplayState:
     loading: bool = True
     #: Why the recording cannot be played ("" when it can).
     error: str = ""
-    #: A seek being built in a thread (a long way from any checkpoint): where to.
+    #: A seek being built in a thread (a long way from any checkpoint): where to
+    #: (``math.inf``: the end, not known yet).
     seeking: float | None = None
+    #: How much of the recording the index has read (0 to 1) while it reads; None once
+    #: it has read it all (``last`` is then the recording's end).
+    indexing: float | None = None
 
     @property
     def at_end(self) -> bool:
-        return not self.loading and self.clock >= self.last
+        return not self.loading and self.indexing is None and self.clock >= self.last
 
     def status(self) -> Text:
         """The header's status line's start: ``⏸ replay 2026-11-30 14:03:10 x8  host  …`` (a multiplication sign)."""
@@ -55,7 +60,10 @@ class ReplayState:
         if self.at_end:
             text.append(" end", style="yellow")
         if self.seeking is not None:
-            text.append(f"  seeking {local_time(self.seeking)}…", style="yellow")
+            where = local_time(self.seeking) if math.isfinite(self.seeking) else "the end"
+            text.append(f"  seeking {where}…", style="yellow")
+        if self.indexing is not None:
+            text.append(f"  reading {self.indexing:.0%}", style="dim")
         if self.host:
             text.append(f"  {self.host}")
         text.append("  no daemon", style="dim")

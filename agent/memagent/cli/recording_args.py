@@ -10,16 +10,13 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from memproto import when
 from memproto.text import printable
 
 from .args import UsageError
 
 if TYPE_CHECKING:  # the reader is imported when a command reads, not when the parser is built
     from ..recordings.timeline import Timeline
-
-#: The last second of the year 9999 UTC: the latest time ``--since``/``--until`` may name.
-LATEST = 253_402_300_799.0
-
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, positional: bool = True) -> None:
     """``[FILE|DIR] [--since WHEN] [--until WHEN] [--pid PID …] [--label L …]``."""
@@ -33,23 +30,11 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, positional: bool = 
 
 def window(args: argparse.Namespace, prog: str, now: float | None = None) -> tuple[float | None, float | None]:
     """``--since`` and ``--until`` as Unix seconds (a usage error, one line, if unreadable)."""
-    from ..recordings.timeline import parse_when
-
-    now = time.time() if now is None else now
-    out: list[float | None] = []
-    for flag in ("since", "until"):
-        text = getattr(args, flag, None)
-        try:
-            out.append(None if text is None else parse_when(text, now))
-        except ValueError as exc:
-            raise UsageError(prog, f"--{flag}: {exc}") from None
-        t = out[-1]
-        if t is not None and not 0 <= t <= LATEST:  # else iso() of it fails (OverflowError), far past any recording
-            raise UsageError(prog, f"--{flag}: {text!r} is before 1970 or after the year 9999")
-    since, until = out
-    if since is not None and until is not None and until < since:
-        raise UsageError(prog, "--until is before --since")
-    return since, until
+    try:
+        return when.window(getattr(args, "since", None), getattr(args, "until", None),
+                           time.time() if now is None else now)
+    except ValueError as exc:
+        raise UsageError(prog, str(exc)) from None
 
 
 def load_timeline(args: argparse.Namespace, prog: str, *, pids: Iterable[int] = (),

@@ -2,15 +2,13 @@
 ``report`` and ``plot`` (docs/recording.md). Built by one pass over the frames of
 :func:`memproto.recording.open_recording`; the commands only present it.
 
-Times given by users (``--since 2h``, ``--since 2026-11-30T14:00``) are parsed here too,
-once for every command.
+Times given by users (``--since 2h``, ``--since 2026-11-30T14:00``) are parsed by
+:mod:`memproto.when`, once for every command (memtop's replay too).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import math
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -20,33 +18,6 @@ from memproto.recording import HeadroomSnapshot, PeakStack, SegmentHeader
 from memproto.records import Alert, StackDump
 from memproto.text import display_name
 from memproto.vocabulary import AlertKind, Resource
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
-
-
-def parse_when(text: str, now: float) -> float:
-    """Unix seconds of ``text``: a duration back from ``now`` (``90``, ``30s``, ``15m``, ``2h``,
-    ``7d``, ``1w``), an ISO 8601 date and time (``2026-11-30T14:00``, local time unless it
-    names its zone; ``2026-11-30`` is its midnight), or Unix seconds (``@1764511200``).
-    ``ValueError`` with a message for people otherwise."""
-    t = text.strip()
-    if t.startswith("@"):
-        try:
-            value = float(t[1:])
-        except ValueError:
-            raise ValueError(f"not a time: {text!r}") from None
-        if not math.isfinite(value):
-            raise ValueError(f"not a time: {text!r}")
-        return value
-    m = _AGO.match(t)
-    if m:
-        return now - float(m.group(1)) * _UNITS[m.group(2) or "s"]
-    try:
-        when = dt.datetime.fromisoformat(t)
-    except ValueError:
-        raise ValueError(f"not a time: {text!r} (expected e.g. 2h, 30m, 2026-11-30T14:00 or @UNIX)") from None
-    return when.timestamp()  # naive: local time, as the user's clock shows it
 
 
 def iso(t: float) -> str:
