@@ -296,6 +296,28 @@ def test_sharing_keys_of_two_real_processes_mapping_one_shm_file(tmp_path: Path)
         os.unlink(path)
 
 
+async def test_first_reads_are_not_held_by_spent_re_reads(box: Box) -> None:
+    """Re-reads overdrew their 1 % (a box whose memory never rests): processes attached
+    then are still read at their next tick, on the first reads' own budget, while the
+    re-reads wait their turn (their figures stay as they were)."""
+    box.start(TRAINER, 400 * MiB, 200 * MiB)
+    box.start(5001, 400 * MiB, 200 * MiB, ppid=TRAINER)
+    await box.tick()
+    tracker = box.engine.sharing
+    tracker._next_batch = tracker._budget.spend(1.0, box.now)  # 1 s of re-reading: none for ~75 s
+    box.share(TRAINER, 400 * MiB, 300 * MiB)  # were the partners re-read, this would show
+    for pid in range(5101, 5141):  # 40 newcomers: two batches
+        box.start(pid, 100 * MiB, 60 * MiB, ppid=TRAINER)
+    for _ in range(3):  # as the agent ticks: the budgets' pauses kept (no settled())
+        box.now += 0.5
+        sampled = box.sampler.sample(box.now)
+        box.engine.on_tick(box.now, sampled.exited, [], changed=True, moved=sampled.changed)
+        while tracker._task is not None and not tracker._task.done():
+            await tracker._task
+    assert all(box.excess(pid) == 40 * MiB for pid in range(5101, 5141))
+    assert box.excess(TRAINER) == 200 * MiB  # its re-read (a partner came) waits for the budget
+
+
 async def test_a_pool_attached_at_once_is_read_about_twice_not_once_per_batch(box: Box) -> None:
     """100 siblings (a pool of workers): first reads come before re-reads, so each process
     is read once, then re-read once for the newcomers: about 2n reads, not n²/batch."""

@@ -37,10 +37,15 @@ A PSS read (``smaps_rollup``) walks the process's whole memory map under its mma
 Reads run in a worker thread, one batch of at most :data:`BATCH_MAX` processes at a time,
 most overdue first. Their time is drawn from a bucket that fills at :data:`DUTY` of one
 CPU and holds at most :data:`BURST` seconds: a batch that overdraws it is followed by
-none until it is refilled, so PSS reads use at most :data:`DUTY` of one CPU on average
+none until it is refilled, so PSS re-reads use at most :data:`DUTY` of one CPU on average
 however many processes and triggers there are, while the reads one event makes due (a
-fork of a large pool, a new shared segment) run at once. Their results are applied on
-the event loop.
+fork of a large pool, a new shared segment) run at once. A process's *first* read draws
+from a bucket of its own, filling at :data:`FIRST_DUTY`: each process is read for the
+first time once, so that bucket is bounded by how fast processes are attached, and 1000
+processes attached at a daemon's start are all read within seconds, not the half minute
+1 % of a CPU took (their Σ counted each in full until then; issue 26, where that catch-up
+was what made the idle fleet's CPU per process-sample look 35 % dearer). Results are
+applied on the event loop.
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ DUTY: Final = 0.01
 #: Seconds of reading that may run at once, ahead of the average (a fork of a 2 GiB pool
 #: of 8 workers: ~60 ms), refilled at DUTY.
 BURST: Final = 0.25
+#: The most of one CPU that first reads may use, on average (their own bucket, of BURST).
+FIRST_DUTY: Final = 0.10
 BATCH_MAX: Final = 32
 #: A process whose excess moved this much at a read: its partners' moved too.
 EXCESS_MOVE: Final = 8 * MiB
@@ -146,8 +153,11 @@ class SharingTracker:
         self._by_key: dict[SharingKey, set[_Share]] = defaultdict(set)
         self._version = -1
         self._task: asyncio.Task[None] | None = None
+        #: When the next batch of re-reads, and of first reads, may start (their budgets).
         self._next_batch = 0.0
+        self._next_first = 0.0
         self._budget = ReadBudget()
+        self._first_budget = ReadBudget(FIRST_DUTY)
         self._baseline: int | None = None
         self._next_drift = 0.0
         #: No read is due before this (a tick need not look at every process).
@@ -198,7 +208,7 @@ class SharingTracker:
             if self._task is not None and not self._task.done():
                 await self._task
                 continue
-            self._next_batch = 0.0
+            self._next_batch = self._next_first = 0.0
             self._schedule(self._now)
             if self._task is None or self._task.done():
                 return
@@ -271,31 +281,43 @@ class SharingTracker:
     # ------------------------------------------------------------------ reads
 
     def _schedule(self, now: float) -> None:
-        if (self._task is not None and not self._task.done()) or now < self._next_batch or now < self._next_due:
+        firsts_may, again_may = now >= self._next_first, now >= self._next_batch
+        if (self._task is not None and not self._task.done()) or not (firsts_may or again_may) \
+                or now < self._next_due:
             return
         # First reads before re-reads: when many processes arrive at once (a pool of workers),
         # their partners are re-read once after all of them, not once per batch.
         due = sorted((s for s in self._shares.values() if s.due <= now and s.hold_until <= now),
-                     key=lambda s: (s.read_at != -math.inf, s.due))[:BATCH_MAX]
+                     key=lambda s: (s.read_at != -math.inf, s.due))
+        first = bool(due) and due[0].read_at == -math.inf and firsts_may
+        if first:  # first reads only, on their own budget
+            due = [s for s in due[:BATCH_MAX] if s.read_at == -math.inf]
+        elif not again_may:
+            return  # re-reads only, and their budget is spent: the next batch when it is refilled
         if not due:
             self._next_due = min((max(s.due, s.hold_until) for s in self._shares.values()), default=math.inf)
             return
+        due = due[:BATCH_MAX]
         for s in due:
             s.due = math.inf
-        self._task = asyncio.ensure_future(self._run(due))
+        self._task = asyncio.ensure_future(self._run(due, first))
 
-    async def _run(self, batch: list[_Share]) -> None:
+    async def _run(self, batch: list[_Share], first: bool) -> None:
         started = time.perf_counter()
         results = await asyncio.to_thread(_read_batch, batch)
         spent = time.perf_counter() - started
         now = self._now
-        self._next_batch = self._budget.spend(spent, now)
+        if first:
+            self._next_first = self._first_budget.spend(spent, now)
+        else:
+            self._next_batch = self._budget.spend(spent, now)
         for s, read_at, facts in results:
             self._apply(s, read_at, facts, now)
-        # Reads made due by these (partners): the next batch at once, not at the next tick.
+        # Reads made due by these (partners, newcomers): the next batch as soon as a budget
+        # allows, not at the next tick.
         if self._next_due <= now:
-            asyncio.get_running_loop().call_later(
-                self._next_batch - now, lambda: self._schedule(max(self._now, self._next_batch)))
+            at = min(self._next_first, self._next_batch)
+            asyncio.get_running_loop().call_later(max(0.0, at - now), lambda: self._schedule(max(self._now, at)))
 
     def _apply(self, s: _Share, read_at: float, facts: SharingFacts | None, now: float) -> None:
         w = s.w
