@@ -79,3 +79,56 @@ def test_a_burst_stopped_then_taken_at_the_agents_stop_reaps_its_austin(caplog: 
         registry.close()
     assert started == TRIES
     assert not [r for r in caplog.records if "is closed" in r.getMessage()], caplog.text
+
+
+#: A grower that is no Python: perl (no interpreter of ours in its maps).
+PERL_GROWER = ('my @kept; $| = 1; print "ready\\n"; '
+               'while (1) { push @kept, "x" x (1 << 20); select(undef, undef, undef, 0.01);'
+               ' @kept = () if @kept > 100 }')
+
+
+@pytest.mark.skipif(AUSTIN is None, reason="austin is not installed (pip install 'austin-dist<4')")
+def test_no_burst_on_a_growing_process_that_runs_no_python() -> None:
+    """Two processes growing alike: the Python one gets an Austin burst, the perl one none
+    (issue 27: on a soak every Austin run targeted a C program of the watched tree, four
+    a second, finding nothing). Its maps are read once, not at every growing tick."""
+    assert AUSTIN is not None
+    growers = [subprocess.Popen([sys.executable, "-c", GROWER], stdout=subprocess.PIPE, text=True),
+               subprocess.Popen(["perl", "-e", PERL_GROWER], stdout=subprocess.PIPE, text=True)]
+    registry = Registry()
+
+    async def agent() -> tuple[int, int]:
+        collector = StackCollector(StackConfig(austin=AUSTIN))
+        running = asyncio.ensure_future(collector.run())
+        python, perl = (registry.attach(g.pid)[0] for g in growers)
+        for w in (python, perl):
+            w.rss += 1024 * 1024  # as a tick that saw it grow since the first reading
+        first = time.time()
+        for n in range(3):
+            for w in (python, perl):
+                w.rss += 4 * 1024 * 1024
+            collector.on_tick(first + n, [python, perl], [], registry)
+        started = collector.bursts.started
+        perl_checked = collector.of(perl).python
+        for key in list(collector.bursts._tasks):
+            collector.bursts.stop(key)
+        for task in collector.bursts.take_all():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        assert perl_checked is not None and perl_checked[1] is False
+        assert collector.of(python).python is not None and collector.of(python).python[1] is True
+        return started, collector.bursts.running(perl.key)
+
+    try:
+        for g in growers:
+            assert g.stdout is not None and g.stdout.readline().strip() == "ready"
+        started, perl_running = asyncio.run(agent())
+    finally:
+        for g in growers:
+            g.kill()
+            g.wait()
+        registry.close()
+    assert started == 1 and not perl_running

@@ -47,10 +47,10 @@ def test_malformed_lines_are_skipped_and_lose_nothing_else() -> None:
     rounds, parser = rounds_of("malformed.txt")
     assert parser.start_rss is None  # "# memory: not-a-number"
     threads = [t for r in rounds for t in r.threads]
-    # Kept: the two good lines of 77, the INVALID frame of 78, the odd path, the frameless 79.
+    # Kept: the two good lines of 77, 78 (its one frame INVALID), the odd path, the frameless 79.
     assert [t.tid for t in threads] == [77, 78, 77, 79, 77]
     assert sum(r.rss_change for r in rounds) == MiB - 8192 + 2 * MiB
-    assert threads[1].frames()[0].name == "INVALID"
+    assert threads[1].frames() == []  # Austin could not read it: no frame, not "INVALID (?:0)"
     odd = threads[2].frames()[0]
     assert (odd.filename, odd.name, odd.line) == ("/srv/a:b/odd.py", "f", 7)
     assert threads[3].frames() == []
@@ -61,6 +61,20 @@ def test_malformed_lines_are_skipped_and_lose_nothing_else() -> None:
                                   "P1;T0:1;a:b:1 1,0,1e3", "P1;T0:1;" + "a:b:1;" * 20_000 + " 1,0,0"])
 def test_hostile_lines_are_none(line: str) -> None:
     assert parse_line(line) is None
+
+
+def test_frames_that_are_no_place_in_the_program_are_left_out() -> None:
+    """Issue 27: growth sites read ``INVALID (?:None)`` and ``_call_with_frames_removed
+    (<frozen importlib._bootstrap>)``. The import is the importing line's; memagent's own
+    plugin in the target is its caller's; a frame Austin could not read is none."""
+    text = ";".join(["/srv/t/test_x.py:<module>:1", "/site/memagent/gate/pytest_plugin.py:pytest_runtest_call:88",
+                     "/srv/t/test_x.py:test_big:9", "<frozen importlib._bootstrap>:_find_and_load:1176",
+                     "<frozen importlib._bootstrap_external>:exec_module:940",
+                     "<frozen importlib._bootstrap>:_call_with_frames_removed:241", "/srv/t/heavy.py:<module>:3",
+                     ":INVALID:"])
+    assert [(f.name, f.line) for f in parse_frames(text)] == [("<module>", 3), ("test_big", 9), ("<module>", 1)]
+    assert parse_frames(":INVALID:;<frozen importlib._bootstrap>:_find_and_load:1") == []
+    assert parse_frames("/srv/memagent_fork/app.py:run:5")[0].name == "run"  # not ours: kept
 
 
 def test_frames_are_innermost_first_and_cached() -> None:
@@ -157,3 +171,16 @@ def test_cancelling_a_burst_kills_austin() -> None:
 def _austins_on(pid: int) -> list[psutil.Process]:
     me = psutil.Process()
     return [p for p in me.children(recursive=True) if str(pid) in p.cmdline() and "austin" in " ".join(p.cmdline())]
+
+
+def test_py_spys_frames_are_the_programs_too() -> None:
+    """The same rule for py-spy's dumps: the import machinery folded into the importing line."""
+    import json
+
+    from memagent.proc.pyspy import parse_dump
+
+    raw = [{"thread_id": 1, "os_thread_id": 11, "thread_name": "MainThread", "active": True, "owns_gil": True,
+            "frames": [{"name": "_call_with_frames_removed", "filename": "<frozen importlib._bootstrap>", "line": 241},
+                       {"name": "<module>", "filename": "/srv/t/heavy.py", "line": 3}]}]
+    dump = parse_dump(json.dumps(raw).encode(), 1.0, "peak", MiB, None)
+    assert [(f.name, f.line) for f in dump.threads[0].frames] == [("<module>", 3)]

@@ -141,8 +141,8 @@ class ProcessStacks:
 
     __slots__ = ("at_peak", "at_peak_state", "by_function", "by_line", "dropped", "history", "last_obs",
                  "last_request", "last_rising", "last_taken", "latest", "message", "peak_rise", "peak_time",
-                 "peak_total", "pending_growth", "prev_round", "prev_time", "prev_total", "rise_start", "rising",
-                 "sampled", "sampling_until", "state")
+                 "peak_total", "pending_growth", "prev_round", "prev_time", "prev_total", "python", "rise_start",
+                 "rising", "sampled", "sampling_until", "state")
 
     def __init__(self) -> None:
         self.state: str | None = None
@@ -171,6 +171,9 @@ class ProcessStacks:
         self.by_function: dict[tuple[str, str], list[int]] = {}
         self.last_taken = 0.0
         self.last_request = 0.0
+        #: Whether the program it runs maps a Python interpreter, and which program that
+        #: was (its name and command line: an exec changes them); None until looked at.
+        self.python: tuple[tuple[str, tuple[str, ...]], bool] | None = None
 
     def observe(self, total: int) -> None:
         """A memory reading (RSS + VRAM), from a tick or around a dump."""

@@ -207,8 +207,8 @@ class StackCollector:
             if w.key not in self._running:
                 self.request(w, SAMPLING)
             return
-        if sampler != "austin":
-            return
+        if sampler != "austin" or not self._runs_python(w, ps):
+            return  # no Austin on a C program of the watched tree (it found nothing, 4 runs a second)
         ps.sampling_until = time.time() + BURST_SECONDS
         self.bursts.start(w, ps)
 
@@ -306,7 +306,7 @@ class StackCollector:
 
     async def _run_py_spy(self, w: Watched, trigger: str) -> None:
         assert self.py_spy is not None
-        if trigger != StackTrigger.DEMAND and not self._looks_like_python(w):
+        if trigger != StackTrigger.DEMAND and not self._runs_python(w, self.of(w)):
             self._set_state(w, StackState.NOT_PYTHON, ADVICE[StackState.NOT_PYTHON])
             return
         ps = self.of(w)
@@ -327,13 +327,20 @@ class StackCollector:
         self._set_state(w, StackState.OK, None)
 
     @staticmethod
-    def _looks_like_python(w: Watched) -> bool:
-        """No interpreter in its maps: no py-spy run for the automatic triggers (see
-        :func:`memagent.proc.pyspy.maps_show_python`); unreadable: let py-spy say why."""
-        try:
-            return pyspy.maps_show_python(w.handle.maps())
-        except MemagentError:
-            return True
+    def _runs_python(w: Watched, ps: ProcessStacks) -> bool:
+        """Whether ``w`` maps a Python interpreter: no py-spy dump for the automatic
+        triggers and no Austin burst where it does not (see
+        :func:`memagent.proc.pyspy.maps_show_python`); unreadable: let the helper say why.
+        Read once per program the process runs: again after an exec (its name or command
+        line changes), not at every dump (a large process's maps are long)."""
+        program = (w.name, tuple(w.cmdline))
+        if ps.python is None or ps.python[0] != program:
+            try:
+                found = pyspy.maps_show_python(w.handle.maps())
+            except MemagentError:
+                return True  # not cached: it may be readable at the next look
+            ps.python = (program, found)
+        return ps.python[1]
 
     def peak_text(self, w: Watched) -> str | None:
         """The stack closest to ``w``'s peak, as text (for an oom-kill alert)."""

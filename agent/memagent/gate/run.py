@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from memproto.client_side import ClientError, DaemonTimeout, RequestFailed
@@ -75,7 +75,7 @@ class Watch:
         self.samples = 0
         #: The stack at the peak, by process (the reply says which one it is).
         self.stacks: dict[Key, StackDump] = {}
-        self.sites: dict[tuple[str, str, int | None], GrowthSite] = {}
+        self.sites: dict[tuple[str, str], GrowthSite] = {}
         self._asked: dict[Key, int] = {}
 
     @property
@@ -138,8 +138,13 @@ class Watch:
                 continue
             if reply.at_peak is not None:
                 self.stacks[(reply.pid, reply.start_time)] = reply.at_peak
+            # A function's line: the one of its lines credited most (by_line, most first),
+            # where the wire's by-function table has none.
+            lines: dict[tuple[str, str], int | None] = {}
+            for s in reply.by_line:
+                lines.setdefault((s.function, s.filename), s.line)
             for s in reply.by_function:
-                self.sites[(s.function, s.filename, s.line)] = s
+                self.sites[(s.function, s.filename)] = replace(s, line=lines.get((s.function, s.filename), s.line))
 
 
 def _wait_frames(client: Client, watch: Watch, until: Callable[[], bool], ticks: int) -> None:

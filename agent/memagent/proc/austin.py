@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from memproto.records import StackFrame
 
 from .children import die_with, find_program, kill_and_reap
+from .frames import program_frames
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +80,16 @@ class SampleRound:
 
 @functools.lru_cache(maxsize=4096)
 def parse_frames(text: str) -> list[StackFrame]:
-    """``file:function:line;...`` (outermost first) as frames innermost first, as py-spy's.
-    A frame Austin could not read (``:INVALID:``, no line number) is kept with line 0.
-    Cached: a process's stacks repeat, sample after sample."""
+    """``file:function:line;...`` (outermost first) as frames innermost first, as py-spy's,
+    the program's only (:func:`memagent.proc.frames.program_frames`: a frame Austin could
+    not read, ``:INVALID:``, and the import machinery's are left out). Cached: a process's
+    stacks repeat, sample after sample."""
     frames = []
     for part in reversed(text.split(";")) if text else ():
         filename, _, rest = part.rpartition(":")
         filename, _, function = filename.rpartition(":")
         frames.append(StackFrame(function or "?", filename or "?", int(rest) if rest.isdigit() else 0))
-    return frames
+    return program_frames(frames)
 
 
 def parse_line(line: str) -> tuple[SampledThread, int, int] | None:

@@ -24,6 +24,7 @@ from memproto.records import StackDump, StackFrame, ThreadStack
 from memproto.vocabulary import StackState
 
 from .children import die_with, find_program, kill_and_reap
+from .frames import program_frames
 
 log = logging.getLogger(__name__)
 
@@ -75,16 +76,17 @@ def classify_failure(stderr: str, pid_alive: bool) -> tuple[str, str]:
 
 def parse_dump(data: bytes, now: float, trigger: str, rss: int, vram: int | None) -> StackDump:
     """py-spy's JSON (a list of threads) as a :class:`StackDump` with no thread attributed
-    yet; raises ValueError."""
+    yet, each thread's frames the program's (:func:`memagent.proc.frames.program_frames`);
+    raises ValueError."""
     raw = json.loads(data)
     if not isinstance(raw, list):
         raise ValueError("py-spy JSON is not a list of threads")
     threads = []
     for t in raw:
-        frames = [
+        frames = program_frames([
             StackFrame(str(f.get("name", "?")), str(f.get("filename", "?")), int(f.get("line") or 0))
             for f in t.get("frames", [])
-        ]
+        ])
         name, tid = t.get("thread_name"), t.get("os_thread_id")
         threads.append(ThreadStack(int(t.get("thread_id", 0)), None if name is None else str(name),
                                    bool(t.get("active")), bool(t.get("owns_gil")), frames,
