@@ -82,8 +82,8 @@ PEAK_STACK = StackDump(PEAK_TIME, "peak", PEAK_BYTES, None, [ThreadStack(1, "Mai
 def _rows(i: int) -> list[list[object]]:
     exporter_alive = T0 + i < EXIT_TIME
     return [
-        [TRAINER, START[TRAINER], True, trainer_rss(i), peak_before(i), trainer_rss(i), 0, None, None, True],
-        [EXPORTER, START[EXPORTER], exporter_alive, 150 * MiB, 150 * MiB, 150 * MiB, 0, None, None, True],
+        [TRAINER, START[TRAINER], True, trainer_rss(i), peak_before(i), trainer_rss(i), 0, None, None, True, None],
+        [EXPORTER, START[EXPORTER], exporter_alive, 150 * MiB, 150 * MiB, 150 * MiB, 0, None, None, True, None],
     ]
 
 

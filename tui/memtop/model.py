@@ -78,6 +78,8 @@ class ProcRow:
     unit: str | None = None
     #: v1.7: its PID inside its own PID namespace, where that differs from the host's.
     ns_pid: int | None = None
+    #: v1.10: the oom_score_adj the daemon set from its ``[oom_score_adj]`` table; None: not set.
+    oom_score_adj: int | None = None
 
     @property
     def key(self) -> Key:
@@ -219,8 +221,8 @@ class GrowthWindow:
 class _Proc:
     """Mutable per-process state; :meth:`row` freezes it into a :class:`ProcRow`."""
 
-    __slots__ = ("alive", "anon", "growth", "info", "peak", "peak_exact", "rss", "stack_state", "swap", "trail", "vram",
-                 "vram_peak")
+    __slots__ = ("alive", "anon", "growth", "info", "oom_score_adj", "peak", "peak_exact", "rss", "stack_state", "swap",
+                 "trail", "vram", "vram_peak")
 
     def __init__(self, info: ProcessInfo) -> None:
         self.growth = GrowthWindow()
@@ -249,6 +251,7 @@ class _Proc:
         self.swap = m.swap_bytes
         self.vram = m.vram_bytes
         self.vram_peak = m.vram_peak_bytes
+        self.oom_score_adj = m.oom_score_adj
         if m.rss_peak_exact is not None:
             self.peak_exact = m.rss_peak_exact
 
@@ -259,6 +262,7 @@ class _Proc:
             self.anon, self.swap, self.peak_exact, self.growth.slope() if self.alive else None, share,
             self.vram, self.vram_peak, self.stack_state,
             None if c is None else c.name or c.id[:12], p.unit, p.ns_pid if p.ns_pid != p.pid else None,
+            self.oom_score_adj,
         )
 
 
