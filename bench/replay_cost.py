@@ -112,7 +112,7 @@ def write(folder: Path, hours: float, processes: int) -> tuple[float, float, int
             rss = base[p] + int(phase * 100 * MiB) // 4096 * 4096
             if rss > peak[p]:
                 peak[p] = rss
-            rows.append([p, start[p], True, rss, peak[p], rss, 0, None, None, True])
+            rows.append([p, start[p], True, rss, peak[p], rss, 0, None, None, True, None])
         writer.add_sample(i + 1, t, INTERVAL, rows, SAMPLE_COLUMNS)
         if i % 20 == 0:
             sum_peaks = sum(peak.values())

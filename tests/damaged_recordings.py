@@ -61,8 +61,8 @@ def segment(sequence: int) -> bytes:
     for i in range(TICKS):
         t = start + i
         peak = max(_rss(sequence, j) for j in range(i + 1))
-        rows = [[GOOD_PID, T0 - 100.0, True, _rss(sequence, i), peak, _rss(sequence, i), 0, None, None, True],
-                [OTHER_PID, T0 - 100.0, i < 20, 50 * MiB, 50 * MiB, 50 * MiB, 0, 10 * MiB, 10 * MiB, True]]
+        rows = [[GOOD_PID, T0 - 100.0, True, _rss(sequence, i), peak, _rss(sequence, i), 0, None, None, True, None],
+                [OTHER_PID, T0 - 100.0, i < 20, 50 * MiB, 50 * MiB, 50 * MiB, 0, 10 * MiB, 10 * MiB, True, None]]
         w.add_sample(i, t, 1.0, rows, SAMPLE_COLUMNS)
         if i == 10:
             dump = StackDump(t, "peak", peak, None, [ThreadStack(1, "MainThread", True, True, [

@@ -243,3 +243,32 @@ def test_recent_is_a_whole_number() -> None:
     assert agent_config(validate({"alerts": {"recent": 5.0}}), {}, "/s").alerts.recent == 5
     with pytest.raises(ConfigError, match=re.escape("expected a whole number, got 0.5")):
         validate({"alerts": {"recent": 0.5}})
+
+
+# --------------------------------------------------------------- issue 31: [oom_score_adj], [oom] trusted_users
+
+
+def test_the_oom_table_and_its_users_are_read_into_the_oom_section() -> None:
+    values = validate({"oom_score_adj": {"detector": -800, "trainer": 800}, "oom": {"trusted_users": ["root"]}})
+    config = agent_config(values, {}, "/s")
+    assert config.oom.scores == {"detector": -800, "trainer": 800} and config.oom.trusted_users == ["root"]
+    assert agent_config({}, {}, "/s").oom.scores == {}
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ({"detector": -1001}, r"^oom_score_adj\.detector: -1001 is outside -1000 to 1000, the kernel's range"),
+    ({"trainer": 1001}, r"^oom_score_adj\.trainer: 1001 is outside -1000 to 1000"),
+    ({"detector": "-800"}, r"^oom_score_adj\.detector: expected an integer from -1000 to 1000, got '-800'$"),
+    ({"detector": True}, r"^oom_score_adj\.detector: expected an integer"),
+    ({"detector": -0.5}, r"^oom_score_adj\.detector: expected an integer"),
+    ({"bad\tlabel": 1}, r"^oom_score_adj\.bad"),
+], ids=["below", "above", "string", "bool", "float", "label"])
+def test_a_wrong_oom_score_adj_is_one_line_naming_the_label(table: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        validate({"oom_score_adj": table})
+    assert "\n" not in str(err.value)
+
+
+def test_an_oom_trusted_user_that_is_no_user_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^oom\.trusted_users: no such user: 'no-such-user-31'$"):
+        validate({"oom": {"trusted_users": ["no-such-user-31"]}})

@@ -27,6 +27,7 @@ from .core.autoattach import Scanner
 from .core.containers import ContainerNames, apply_names
 from .core.gpu import GpuSampler
 from .core.groups import Groups
+from .core.oom import OomScores
 from .core.pacing import Pacer
 from .core.process_events import ProcessEvents
 from .core.registry import Registry
@@ -79,6 +80,7 @@ class Agent:
             max_exited=config.max_exited,
             events=_Announcer(self),
             container_names=ContainerNames(config.containers_root or None, self._container_names_found),
+            oom=OomScores(config.oom.scores, resolve_users(config.oom.trusted_users, "oom.trusted_users")),
         )
         self.groups = Groups(self.registry, config.max_rules_per_uid, config.max_rules)
         self.scanner = Scanner(self.registry, config.auto, label=config.auto_label, groups=self.groups,
@@ -147,6 +149,7 @@ class Agent:
         if self.ticker.ticks % self._scan_every == 1 or self._scan_every == 1:
             self.scanner.scan()
         sampled = self.sampler.sample(now)
+        self.registry.judge_oom()
         exited, changed = sampled.exited, sampled.changed
         if self.gpu.available:
             changed = changed + self.gpu.sample(self.ticker.ticks)
@@ -227,6 +230,7 @@ class Agent:
                     await task
             self.recorder.stop()  # not cancelled: it writes its last batch and syncs its segment
             await recorder
+            self.registry.oom.release_all(self.registry.alive)  # before the save: nothing left to give back
             if keeper is not None:
                 keeper.save()  # after a write in flight; then its thread ends
                 keeper.close()
@@ -271,6 +275,7 @@ class Agent:
             return applied, kept
         policy = AccessPolicy(resolve_group(new.admin_group, "admin_group"), self.procfs)
         trusted_uids = resolve_users(new.auto_trusted_users)
+        oom_uids = resolve_users(new.oom.trusted_users, "oom.trusted_users")
         hooks = None
         if _hook_settings(new.alerts) != _hook_settings(self.config.alerts):
             a = new.alerts
@@ -290,6 +295,9 @@ class Agent:
         self.alerts.apply(new.headroom, new.alerts)
         self.recorder.apply(new.record)
         self.metrics.apply(new.metrics)
+        copy_live(c.oom, new.oom)
+        if {"oom_score_adj", "oom.trusted_users"} & set(applied):
+            self.registry.oom.apply(c.oom.scores, oom_uids)  # judged again at the next tick
         self.server.apply(policy, max_clients=c.max_clients, max_clients_per_uid=c.max_clients_per_uid,
                           idle_timeout=c.client_idle_timeout)
         if hooks is not None:

@@ -82,6 +82,11 @@ class ProcessInfo:
     container: Container | None = None
     #: v1.7: its PID inside its own PID namespace (a container's), when that is nested.
     ns_pid: int | None = None
+    #: v1.10: the ``oom_score_adj`` the daemon wrote for it (its label's entry in the
+    #: ``[oom_score_adj]`` table; for an exited process, while it ran); nil when the daemon
+    #: did not set it (no entry, a lowering refused, an older daemon): never the process's
+    #: own value.
+    oom_score_adj: int | None = None
 
 
 @wire
@@ -209,6 +214,13 @@ class Alert:
     source: str | None = None
     #: oom-kill: the process's last RSS samples and stack, as text.
     details: str | None = None
+    #: v1.10, oom-kill: whether the victim had the highest OOM score (the kernel's badness,
+    #: from the last sampled figures and each ``oom_score_adj``) among the watched processes
+    #: in its memory domain (its limited cgroup, else the host); nil: not known.
+    oom_highest: bool | None = None
+    #: v1.10, oom-kill: the watched process the scores spared: the largest in that domain
+    #: (the kernel's pick by size alone) when that was not the victim; nil: none.
+    spared: Contributor | None = None
 
 
 @wire
@@ -275,6 +287,11 @@ class DaemonStatus:
     #: the caller may see); nil from an older daemon. The headroom and its Σ peaks are the
     #: whole box's, whatever the caller sees.
     watched_total: int | None = None
+    #: v1.10: live processes whose ``oom_score_adj`` the daemon set (``[oom_score_adj]``),
+    #: and those whose label's entry would lower it but may not (docs/security.md §15);
+    #: counted over the processes the caller may see.
+    oom_adjusted: int = 0
+    oom_refused: int = 0
 
 
 @wire
@@ -370,6 +387,8 @@ class ProcessSample:
     #: window turn sampled and exact again, and an exited process's exit record arrive,
     #: without asking ``list``. nil only when absent (an older agent): keep the list's flag.
     rss_peak_exact: bool | None = None
+    #: v1.10: ``ProcessInfo.oom_score_adj`` per tick (nil: not set by the daemon, or absent).
+    oom_score_adj: int | None = None
 
 
 _SAMPLE_DECL = dataclasses.fields(ProcessSample)

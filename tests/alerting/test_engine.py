@@ -15,7 +15,7 @@ from memagent.alerting.engine import LEAK_EVERY, PSS_GRACE, AlertEngine
 from memagent.config import AlertConfig, HeadroomConfig
 from memagent.core.registry import Registry
 from memagent.core.sampler import Sampler
-from memagent.proc.kmsg import KernelLog
+from memagent.proc.kmsg import KernelLog, Victim, parse_victim
 from memagent.proc.nvml import DeviceReading
 from memproto.records import Alert, Contributor
 
@@ -170,6 +170,51 @@ async def test_an_oom_kill_in_the_kernel_log_needs_no_inference(box: Box) -> Non
     (alert,) = box.fired("oom-kill")
     assert (alert.pid, alert.source) == (TRAINER, "kernel-log")
     assert "inferred" not in alert.message
+
+
+#: The kernel's line for a victim (4.19 on): its RSS by kind and its oom_score_adj.
+VICTIM_LINE = (b"3,1240,5690,-;Memory cgroup out of memory: Killed process 5001 (python3) total-vm:900000kB, "
+               b"anon-rss:204800kB, file-rss:4096kB, shmem-rss:0kB, UID:0 pgtables:800kB oom_score_adj:800\n")
+
+
+def test_the_kernels_victim_line_gives_its_rss_and_oom_score_adj() -> None:
+    victim = parse_victim(VICTIM_LINE)
+    assert victim == Victim(5001, (204800 + 4096) * 1024, 800)
+    assert parse_victim(b"3,1,2,-;Out of memory: Killed process 4242 (python3) total-vm:1204936kB\n") is None
+
+
+async def test_an_oom_kill_says_the_victim_had_the_highest_score_and_names_the_model_it_spared(box: Box) -> None:
+    """The table's case (docs/oom.md): the smaller "trainer" (800) killed, the larger
+    "detector" (-800, read from its /proc file) spared: said in the alert and its fields."""
+    box.tree.set_status(TRAINER, VmSwap=0)
+    box.start(TRAINER, 300 * MiB, label="detector")
+    box.start(5001, 200 * MiB, label="trainer")
+    box.tree.write(TRAINER, "oom_score_adj", "-800\n")
+    await box.tick(1000.0)
+    with box.kmsg_path.open("ab") as kmsg:
+        kmsg.write(VICTIM_LINE)
+    box.tree.exit(5001, 9)
+    await box.tick(1000.5)
+    (alert,) = box.fired("oom-kill")
+    assert alert.oom_highest is True
+    assert alert.spared == Contributor(TRAINER, "detector", 300 * MiB)
+    assert "it had the highest OOM score of the 2 watched processes in the host" in alert.message
+    assert f"spared detector ({TRAINER}), the largest there at 300 MiB, oom_score_adj -800" in alert.message
+
+
+async def test_without_a_known_score_the_alert_says_nothing_of_it(box: Box) -> None:
+    """No kernel line and no value the daemon set: the victim's score is not known, so no
+    claim of "highest" (missing, not wrong); the larger survivor is still named."""
+    box.start(TRAINER, 300 * MiB, label="detector")
+    box.start(5001, 200 * MiB, label="trainer")
+    await box.tick(1000.0)
+    with box.kmsg_path.open("ab") as kmsg:
+        kmsg.write(b"3,1234,5678,-;Out of memory: Killed process 5001 (python3) total-vm:1204936kB\n")
+    box.tree.exit(5001, 9)
+    await box.tick(1000.5)
+    (alert,) = box.fired("oom-kill")
+    assert alert.oom_highest is None and "highest OOM score" not in alert.message
+    assert alert.spared is not None and alert.spared.pid == TRAINER
 
 
 async def test_memory_pressure_raises_a_pressure_alert(box: Box) -> None:

@@ -86,7 +86,7 @@ class Rec:
 def row(pid: int, alive: bool, rss: int, peak: int, vram: int | None = None, vpeak: int | None = None) -> list[object]:
     values = {"pid": pid, "start_time": T0 - 60, "alive": alive, "rss_bytes": rss, "rss_peak_bytes": peak,
               "anon_bytes": rss, "swap_bytes": 0, "vram_bytes": vram, "vram_peak_bytes": vpeak,
-              "rss_peak_exact": True}
+              "rss_peak_exact": True, "oom_score_adj": None}
     return [values[c] for c in SAMPLE_COLUMNS]
 
 
@@ -303,8 +303,8 @@ def test_a_pid_filter_cuts_the_timeline_to_that_process() -> None:
     out = io.BytesIO()
     out.write(w.header_bytes())
     for t in range(20):
-        early = (7, 1.0, t < 5, 10 + t, 10 + t, 1, 0, None, None, True)
-        late = (8, 2.0, True, 50, 50, 1, 0, None, None, True)
+        early = (7, 1.0, t < 5, 10 + t, 10 + t, 1, 0, None, None, True, None)
+        late = (8, 2.0, True, 50, 50, 1, 0, None, None, True, None)
         w.add_sample(t + 1, 1000.0 + t, 1.0, [early, late])
     out.write(w.take())
     out.seek(0)

@@ -143,6 +143,7 @@ def test_rows_follow_the_sample_columns(registry: Registry) -> None:
         "pid": TRAINER, "start_time": trainer.start_time, "alive": True,
         "rss_bytes": 131072 * PAGE_SIZE, "rss_peak_bytes": 812344 * KiB, "anon_bytes": (131072 - 9876) * PAGE_SIZE,
         "swap_bytes": 2048 * KiB, "vram_bytes": None, "vram_peak_bytes": None, "rss_peak_exact": True,
+        "oom_score_adj": None,
     }
     assert (named[1]["pid"], named[1]["rss_bytes"], named[1]["rss_peak_bytes"]) == (WEIRD, 768 * PAGE_SIZE, 4096 * KiB)
     frame = decode(encode_sample(1, 100.1, 0.1, rows))  # and a client reads them so

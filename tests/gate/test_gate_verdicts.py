@@ -148,7 +148,7 @@ def process(pid: int, rss: int) -> ProcessInfo:
 def sample(seq: int, rows: list[tuple[int, bool, int, int | None]]) -> Sample:
     """A tick in the agent's columns: (pid, alive, RSS peak, VRAM peak) per row."""
     return Sample(seq, T0 + seq, 0.1, list(SAMPLE_COLUMNS),
-                  [[pid, T0, alive, peak, peak, peak, 0, vram, vram, True] for pid, alive, peak, vram in rows])
+                  [[pid, T0, alive, peak, peak, peak, 0, vram, vram, True, None] for pid, alive, peak, vram in rows])
 
 
 def test_the_watch_follows_the_tree_its_peaks_and_who_is_alive() -> None:
@@ -175,8 +175,8 @@ def test_the_watch_counts_a_reused_pid_as_a_second_process() -> None:
     reused = T0 + 2.5
     watch.on_frame(Attached(replace(process(10, 100 * MiB), start_time=reused)))
     watch.on_frame(Sample(3, T0 + 3, 0.1, list(SAMPLE_COLUMNS), [
-        [10, T0, False, 600 * MiB, 600 * MiB, 0, 0, None, None, True],
-        [10, reused, True, 500 * MiB, 500 * MiB, 0, 0, None, None, True]]))
+        [10, T0, False, 600 * MiB, 600 * MiB, 0, 0, None, None, True, None],
+        [10, reused, True, 500 * MiB, 500 * MiB, 0, 0, None, None, True, None]]))
     assert watch.peaks == {(10, T0): 600 * MiB, (10, reused): 500 * MiB}
     assert watch.tree == {10} and watch.alive == {10} and watch.exited == {(10, T0)}
     assert watch.raw_over()  # 1.1 GiB over 1 GiB

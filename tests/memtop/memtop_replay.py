@@ -112,11 +112,11 @@ def frames(gpus: bool = False) -> list[Frame]:
             row = [infos[i].pid, infos[i].start_time, True, rss, peaks[i], int(rss * 0.9), 0]
             if gpus:
                 vram = int(VRAM.get(label, 0) * GiB * (1 + 0.1 * (tick % 5 == 0)))
-                row += [vram, int(VRAM.get(label, 0) * GiB * 1.1), infos[i].rss_peak_exact]
+                row += [vram, int(VRAM.get(label, 0) * GiB * 1.1), infos[i].rss_peak_exact, None]
             rows.append(row)
         exited_row = [exited.pid, exited.start_time, False, exited.rss_bytes, exited.rss_peak_bytes,
                       exited.anon_bytes, 0]
-        rows.append(exited_row + ([None, 4 * GiB, exited.rss_peak_exact] if gpus else []))
+        rows.append(exited_row + ([None, 4 * GiB, exited.rss_peak_exact, None] if gpus else []))
         fields = SAMPLE_COLUMNS if gpus else SAMPLE_FIELDS
         out.append(Sample(tick + 1, T0 + tick * INTERVAL, INTERVAL, list(fields), rows))
     out.append(Exited(exited.pid, exited.start_time, T0 - 30, exited.rss_peak_bytes))

@@ -82,8 +82,8 @@ PEAK_STACK = StackDump(PEAK_TIME, "peak", PEAK_BYTES, None, [ThreadStack(1, "Mai
 def _rows(i: int) -> list[list[object]]:
     exporter_alive = T0 + i < EXIT_TIME
     return [
-        [TRAINER, START[TRAINER], True, trainer_rss(i), peak_before(i), trainer_rss(i), 0, None, None, True],
-        [EXPORTER, START[EXPORTER], exporter_alive, 150 * MiB, 150 * MiB, 150 * MiB, 0, None, None, True],
+        [TRAINER, START[TRAINER], True, trainer_rss(i), peak_before(i), trainer_rss(i), 0, None, None, True, None],
+        [EXPORTER, START[EXPORTER], exporter_alive, 150 * MiB, 150 * MiB, 150 * MiB, 0, None, None, True, None],
     ]
 
 
@@ -139,7 +139,7 @@ def write_long(folder: Path, samples: int, processes: int, interval: float = 0.5
                                         rss_bytes=MiB, rss_peak_bytes=MiB, anon_bytes=MiB, swap_bytes=0,
                                         rss_peak_exact=True, peak_since=T0)))
     for i in range(samples):
-        rows = [[pid, T0 - pid, True, (100 + (i * 7 + pid) % 50) * MiB, 150 * MiB, MiB, 0, None, None, True]
+        rows = [[pid, T0 - pid, True, (100 + (i * 7 + pid) % 50) * MiB, 150 * MiB, MiB, 0, None, None, True, None]
                 for pid in pids]
         writer.add_sample(i + 1, T0 + i * interval, interval, rows, SAMPLE_COLUMNS)
         if i % 2:

@@ -50,25 +50,25 @@ def test_narrow_terminals_drop_the_highest_priority_first() -> None:
         now = keys(width)
         dropped += [k for k in shown if k not in now and k != "command"]
         shown = now
-    assert dropped == ["swap", "stack", "ns_pid", "vram", "vram_peak", "container", "growth", "share", "rss"]
+    assert dropped == ["swap", "stack", "oom", "ns_pid", "vram", "vram_peak", "container", "growth", "share", "rss"]
     assert keys(10) == ["pid", "name", "peak"]  # priority 0: never dropped
 
 
-def test_every_column_fits_from_105_cells_and_the_name_takes_the_rest() -> None:
-    # 11 fixed columns (93 cells with their spaces) + the name at its narrowest (12).
-    assert keys(105) == ["pid", "ns_pid", "name", "rss", "peak", "growth", "share", "vram", "vram_peak", "container",
-                         "stack", "swap"]
-    assert "swap" not in keys(104)
-    widths = dict((c.key, w) for c, w in layout(115, ALL_OPTIONAL))
-    assert widths["name"] == 115 - 93 - 1
-    assert sum(w + 1 for w in widths.values()) <= 115
+def test_every_column_fits_from_112_cells_and_the_name_takes_the_rest() -> None:
+    # 12 fixed columns (100 cells with their spaces) + the name at its narrowest (12).
+    assert keys(112) == ["pid", "ns_pid", "name", "rss", "peak", "growth", "share", "vram", "vram_peak", "container",
+                         "stack", "swap", "oom"]
+    assert "swap" not in keys(111)
+    widths = dict((c.key, w) for c, w in layout(122, ALL_OPTIONAL))
+    assert widths["name"] == 122 - 100 - 1
+    assert sum(w + 1 for w in widths.values()) <= 122
 
 
 def test_the_command_line_gets_what_is_left_on_a_wide_terminal() -> None:
-    assert "command" not in keys(154)  # 93 + name 40 + 2: 19 cells left, under its 20
+    assert "command" not in keys(161)  # 100 + name 40 + 2: 19 cells left, under its 20
     widths = dict((c.key, w) for c, w in layout(200, ALL_OPTIONAL))
     assert widths["name"] == 40
-    assert widths["command"] == 200 - 93 - 40 - 2
+    assert widths["command"] == 200 - 100 - 40 - 2
     assert keys(200)[-1] == "command"
 
 
@@ -80,6 +80,7 @@ def test_optional_columns_show_only_with_data() -> None:
     assert available([row(3, vram_peak=0, stack_state="ok")]) == {"vram_peak", "stack"}
     assert available([*plain, row(3, container="web")]) == {"container"}
     assert available([*plain, row(3, ns_pid=1)]) == {"ns_pid"}
+    assert available([*plain, row(3, oom_score_adj=800)]) == {"oom"}  # only where the daemon set one
     assert set(keys(200, {"vram"})) & ALL_OPTIONAL == {"vram"}
 
 
@@ -88,11 +89,11 @@ def test_optional_columns_show_only_with_data() -> None:
 def test_every_column_renders_its_cell() -> None:
     r = row(4100, label="resnet", cmdline=("python3", "train.py"), rss=int(1.5 * GiB), peak=3 * GiB,
             peak_exact=False, growth=MiB / 60, share=0.25, vram=2 * GiB, vram_peak=None, stack_state="ok",
-            swap=512 * 1024, container="llm-server", ns_pid=1)
+            swap=512 * 1024, container="llm-server", ns_pid=1, oom_score_adj=-800)
     expected = {
         "pid": "4100", "name": "resnet", "rss": "1.50G", "peak": "3.00G~", "growth": "+1.0M/m", "share": "25%",
         "vram": "2.00G", "vram_peak": "n/a", "stack": "ok", "swap": "512K", "command": "python3 train.py",
-        "container": "llm-server", "ns_pid": "1",
+        "container": "llm-server", "ns_pid": "1", "oom": "-800",
     }
     assert {c.key: c.cell(r) for c in COLUMNS} == expected
     gone = row(7, name="etl", cmdline=("etl",), alive=False, growth=None, stack_state=None)
@@ -108,12 +109,12 @@ def test_every_column_renders_its_cell() -> None:
 # ---------------------------------------------------------------------- sorting
 
 A = row(10, label="beta", rss=300 * MiB, peak=500 * MiB, growth=None, share=0.25, vram=None, vram_peak=2 * GiB,
-        container="web", ns_pid=7)
+        container="web", ns_pid=7, oom_score_adj=800)
 B = row(20, name="Alpha", rss=100 * MiB, peak=900 * MiB, growth=5.0, share=0.45, vram=GiB, vram_peak=GiB,
         container="Asr")
 C = row(30, label="alpha", rss=200 * MiB, peak=500 * MiB, growth=-1.0, share=0.25, vram=None, vram_peak=None)
 D = row(5, label="gamma", rss=400 * MiB, peak=100 * MiB, growth=2.0, share=0.05, vram=3 * GiB, vram_peak=None,
-        container="asr", ns_pid=1)
+        container="asr", ns_pid=1, oom_score_adj=-800)
 
 #: PIDs in each sortable column's natural order, then reversed. Ties (A and C on peak and
 #: share) go by descending PID; rows without a value go last both ways, by PID.
@@ -131,6 +132,8 @@ ORDERS = {
     "container": ([5, 20, 10, 30], [10, 20, 5, 30]),
     # Its PID in its namespace (D 1, A 7); rows outside a nested namespace last.
     "ns_pid": ([5, 10, 20, 30], [10, 5, 20, 30]),
+    # The oom_score_adj the daemon set, the kernel's first pick first (A 800, D -800); unset last.
+    "oom": ([10, 5, 20, 30], [5, 10, 20, 30]),
 }
 
 

@@ -150,7 +150,7 @@ def test_sample_flag_sets_peak_exact_without_a_new_list(app: MemtopApp) -> None:
     an older agent's row (no such column) leaves the list's flag alone."""
     def sample(seq: int, exact: bool) -> Sample:
         return Sample(seq, T0 + seq, 0.5, list(SAMPLE_COLUMNS),
-                      [[1, T0 + 1, True, 150 * MiB, 150 * MiB, MiB, 0, None, None, exact]])
+                      [[1, T0 + 1, True, 150 * MiB, 150 * MiB, MiB, 0, None, None, exact, None]])
 
     assert rows(app)[1].peak_exact
     assert app.apply_frame(sample(7, False))

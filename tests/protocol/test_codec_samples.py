@@ -110,15 +110,24 @@ def test_sample_v11_gpu_columns() -> None:
 
 
 def test_sample_v15_peak_exact_column() -> None:
-    """v1.5 appends rss_peak_exact, after the v1.1 columns: what this agent sends."""
-    assert SAMPLE_COLUMNS == (*V11_COLUMNS, "rss_peak_exact")
-    rows = [[*SAMPLE_ROWS[0], None, None, False], [*SAMPLE_ROWS[1], 3 * GiB, 4 * GiB, True]]
+    """v1.5 appends rss_peak_exact, after the v1.1 columns; v1.10 oom_score_adj: what this
+    agent sends."""
+    assert SAMPLE_COLUMNS == (*V11_COLUMNS, "rss_peak_exact", "oom_score_adj")
+    rows = [[*SAMPLE_ROWS[0], None, None, False, None], [*SAMPLE_ROWS[1], 3 * GiB, 4 * GiB, True, -800]]
     frame = decode(encode_sample(1, 1.0, 1.0, rows))
     assert isinstance(frame, Sample)
     assert frame.fields == list(SAMPLE_COLUMNS)
     first, second = frame.records()
     assert (first.rss_peak_exact, second.rss_peak_exact) == (False, True)
     assert (second.vram_bytes, second.vram_peak_bytes) == (3 * GiB, 4 * GiB)
+    assert (first.oom_score_adj, second.oom_score_adj) == (None, -800)
+
+
+def test_sample_oom_score_adj_is_an_int_or_nil() -> None:
+    """v1.10's oom_score_adj: an int (the value the daemon set) or nil; a bool is no int."""
+    row = [*SAMPLE_ROWS[0], None, None, True, True]
+    err = decode_error(sample_payload(list(SAMPLE_COLUMNS), [row]))
+    assert err.field == "rows[0]" and "oom_score_adj" in str(err)
 
 
 @pytest.mark.parametrize("fields", [SAMPLE_FIELDS, V11_COLUMNS], ids=["v1.0", "v1.1"])
@@ -134,8 +143,8 @@ def test_sample_without_peak_exact_decodes_with_nil(fields: tuple[str, ...]) -> 
 def test_sample_peak_exact_must_be_a_bool(value: Any) -> None:
     """rss_peak_exact is a bool; an int is not taken for one (as for ``alive``), and nil is
     not sent: the agent always knows the flag (nil means only "column absent")."""
-    row = [*SAMPLE_ROWS[0], None, None, value]
-    err = decode_error(sample_payload(list(SAMPLE_COLUMNS), [[*SAMPLE_ROWS[1], None, None, True], row]))
+    row = [*SAMPLE_ROWS[0], None, None, value, None]
+    err = decode_error(sample_payload(list(SAMPLE_COLUMNS), [[*SAMPLE_ROWS[1], None, None, True, None], row]))
     assert err.field == "rows[1]"
     assert "rss_peak_exact" in str(err)
 
@@ -159,7 +168,7 @@ def test_validate_by_shapes_takes_and_refuses_what_value_by_value_did() -> None:
     class Count(enum.IntEnum):
         ONE = 1
 
-    rows = [[*SAMPLE_ROWS[0], None, None, True] for _ in range(50)]
+    rows = [[*SAMPLE_ROWS[0], None, None, True, None] for _ in range(50)]
     Sample(1, 1.0, 1.0, list(SAMPLE_COLUMNS), [*rows, [Count.ONE, *rows[0][1:]]]).validate()
     for col, bad in ((SAMPLE_COLUMNS.index("rss_bytes"), True), (SAMPLE_COLUMNS.index("pid"), 1.5)):
         row = list(rows[0])
@@ -167,6 +176,7 @@ def test_validate_by_shapes_takes_and_refuses_what_value_by_value_did() -> None:
         with pytest.raises(ProtocolError, match=SAMPLE_COLUMNS[col]) as err:
             Sample(1, 1.0, 1.0, list(SAMPLE_COLUMNS), [*rows, row]).validate()
         assert err.value.field == "rows[50]"
-    with pytest.raises(ProtocolError, match="row has 9 values for 10 columns") as err:
+    width = len(SAMPLE_COLUMNS)
+    with pytest.raises(ProtocolError, match=f"row has {width - 1} values for {width} columns") as err:
         Sample(1, 1.0, 1.0, list(SAMPLE_COLUMNS), [*rows[:7], rows[0][:-1], *rows]).validate()
     assert err.value.field == "rows[7]"

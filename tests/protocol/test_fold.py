@@ -20,7 +20,7 @@ Row = tuple[int, float, bool, int, int, int | None, bool | None]
 def sample(t: float, rows: list[Row]) -> Sample:
     """A tick in the agent's columns: (pid, start, alive, RSS, RSS peak, VRAM peak, exact) per row."""
     return Sample(1, t, 1.0, list(SAMPLE_COLUMNS),
-                  [[pid, start, alive, rss, peak, rss, 0, vram, vram, exact]
+                  [[pid, start, alive, rss, peak, rss, 0, vram, vram, exact, None]
                    for pid, start, alive, rss, peak, vram, exact in rows])
 
 

@@ -42,7 +42,7 @@ def header(seq: int = 1, start: float = 1000.0, fmt: int = FORMAT_VERSION) -> Se
 
 
 def row(pid: int, rss: int, alive: bool = True) -> tuple[object, ...]:
-    return (pid, 100.0 + pid, alive, rss, rss, rss // 2, 0, None, None, True)
+    return (pid, 100.0 + pid, alive, rss, rss, rss // 2, 0, None, None, True, None)
 
 
 def info(pid: int) -> ProcessInfo:

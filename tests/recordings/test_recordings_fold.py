@@ -31,7 +31,7 @@ def process(pid: int, label: str | None) -> ProcessInfo:
 def tick(i: int, rows: list[tuple[int, bool, int]]) -> Sample:
     """Tick ``i``: (pid, alive, RSS = its peak so far) per row."""
     return Sample(i, T0 + i, 1.0, list(SAMPLE_COLUMNS),
-                  [[pid, T0, alive, rss, rss, rss, 0, None, None, True] for pid, alive, rss in rows])
+                  [[pid, T0, alive, rss, rss, rss, 0, None, None, True, None] for pid, alive, rss in rows])
 
 
 def alert(n: int, i: int, severity: str, state: str) -> Alert:

@@ -42,7 +42,7 @@ def agent(proc_tree: ProcTree, tmp_path: Path) -> Iterator[Agent]:
 
 
 def rows(n: int, rnd: random.Random) -> list[tuple[object, ...]]:
-    return [(1000 + i, 50.0 + i, True, *(rnd.randrange(1, 1 << 40) for _ in range(4)), None, None, True)
+    return [(1000 + i, 50.0 + i, True, *(rnd.randrange(1, 1 << 40) for _ in range(4)), None, None, True, None)
             for i in range(n)]
 
 

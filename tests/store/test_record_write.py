@@ -37,7 +37,7 @@ def written(writer: SegmentWriter) -> list[object]:
 
 
 def row(pid: int, rss: object) -> tuple[object, ...]:
-    return (pid, 50.0 + pid, True, rss, 2 * MiB, MiB, 0, None, None, True)
+    return (pid, 50.0 + pid, True, rss, 2 * MiB, MiB, 0, None, None, True, None)
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])

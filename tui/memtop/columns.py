@@ -109,6 +109,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("stack", "STACK", 8, 4, lambda r: r.stack_state or "", align_right=False,
            has_data=lambda r: bool(r.stack_state)),
     Column("swap", "SWAP", 6, 5, lambda r: format_size(r.swap)),
+    # The oom_score_adj the daemon set ([oom_score_adj]): which model the kernel takes first.
+    Column("oom", "OOMADJ", 6, 4, lambda r: "" if r.oom_score_adj is None else str(r.oom_score_adj),
+           has_data=lambda r: r.oom_score_adj is not None, sort_key=_by(lambda r: r.oom_score_adj), descending=True),
     Column("command", "COMMAND", 20, 9, lambda r: command_text(r.cmdline), align_right=False, leftover=True),
 )
 BY_KEY: dict[str, Column] = {c.key: c for c in COLUMNS}

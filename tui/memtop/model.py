@@ -78,6 +78,8 @@ class ProcRow:
     unit: str | None = None
     #: v1.7: its PID inside its own PID namespace, where that differs from the host's.
     ns_pid: int | None = None
+    #: v1.10: the oom_score_adj the daemon set from its ``[oom_score_adj]`` table; None: not set.
+    oom_score_adj: int | None = None
 
     @property
     def key(self) -> Key:
@@ -219,8 +221,8 @@ class GrowthWindow:
 class _Proc:
     """Mutable per-process state; :meth:`row` freezes it into a :class:`ProcRow`."""
 
-    __slots__ = ("alive", "anon", "growth", "info", "peak", "peak_exact", "rss", "stack_state", "swap", "trail", "vram",
-                 "vram_peak")
+    __slots__ = ("alive", "anon", "growth", "info", "oom_score_adj", "peak", "peak_exact", "rss", "stack_state", "swap",
+                 "trail", "vram", "vram_peak")
 
     def __init__(self, info: ProcessInfo) -> None:
         self.growth = GrowthWindow()
@@ -234,11 +236,11 @@ class _Proc:
         cmdline = fuller_cmdline(p.cmdline, self.info.cmdline)
         self.info = p if cmdline == p.cmdline else replace(p, cmdline=cmdline)
         self.take_memory(p.alive, p.rss_bytes, p.rss_peak_bytes, p.anon_bytes, p.swap_bytes, p.vram_bytes,
-                         p.vram_peak_bytes, p.rss_peak_exact)
+                         p.vram_peak_bytes, p.rss_peak_exact, p.oom_score_adj)
         self.stack_state = p.stack_state
 
     def take_memory(self, alive: bool, rss: int, peak: int, anon: int, swap: int, vram: int | None,
-                    vram_peak: int | None, peak_exact: bool | None) -> None:
+                    vram_peak: int | None, peak_exact: bool | None, oom_score_adj: int | None) -> None:
         """The figures a list entry and a sample row both carry. Values, not a record: a
         sample's rows are read by column (:meth:`FleetModel.apply_sample`), without a
         record a row.
@@ -253,6 +255,7 @@ class _Proc:
         self.swap = swap
         self.vram = vram
         self.vram_peak = vram_peak
+        self.oom_score_adj = oom_score_adj
         if peak_exact is not None:
             self.peak_exact = peak_exact
 
@@ -263,6 +266,7 @@ class _Proc:
             self.anon, self.swap, self.peak_exact, self.growth.slope() if self.alive else None, share,
             self.vram, self.vram_peak, self.stack_state,
             None if c is None else c.name or c.id[:12], p.unit, p.ns_pid if p.ns_pid != p.pid else None,
+            self.oom_score_adj,
         )
 
 
@@ -350,7 +354,7 @@ class FleetModel:
         c = sample.column_index()
         pid, start, alive_at, rss_at, peak, anon, swap = (c["pid"], c["start_time"], c["alive"], c["rss_bytes"],
                                                           c["rss_peak_bytes"], c["anon_bytes"], c["swap_bytes"])
-        vram, vram_peak, exact = c["vram_bytes"], c["vram_peak_bytes"], c["rss_peak_exact"]
+        vram, vram_peak, exact, oom = c["vram_bytes"], c["vram_peak_bytes"], c["rss_peak_exact"], c["oom_score_adj"]
         for row in sample.rows:
             proc = procs.get((row[pid], float(row[start])))
             if proc is None:
@@ -360,7 +364,8 @@ class FleetModel:
                 proc.growth.add(now, rss)
                 proc.trail.add(now, rss)
             proc.take_memory(alive, rss, row[peak], row[anon], row[swap], row[vram] if vram >= 0 else None,
-                             row[vram_peak] if vram_peak >= 0 else None, row[exact] if exact >= 0 else None)
+                             row[vram_peak] if vram_peak >= 0 else None, row[exact] if exact >= 0 else None,
+                             row[oom] if oom >= 0 else None)
 
     def apply_dropped(self, count: int) -> None:
         """The daemon's total of samples dropped for this client (it read too slowly)."""

@@ -23,7 +23,9 @@ from memproto.vocabulary import AlertKind, AlertState, OomSource, Resource, Seve
 from ..config import AlertConfig, HeadroomConfig, copy_live
 from ..core.registry import Registry
 from ..core.watched import Watched
-from ..proc.cgroups import ROOT, oom_kill_count
+from ..errors import MemagentError
+from ..proc.cgroup_identity import cgroup_path
+from ..proc.cgroups import ROOT, ancestors, oom_kill_count
 from ..proc.kmsg import KernelLog
 from ..proc.nvml import DeviceReading
 from ..proc.procfs import ProcFS
@@ -31,6 +33,7 @@ from .book import AlertBook, Reading
 from .growth import growth, judge
 from .headroom import HostInputs, budgeted, contribution, gpu_headroom, host_headroom
 from .limits import CgroupLimits
+from .oom_standing import Contender, Standing, standing
 from .sharing import SharingTracker
 
 log = logging.getLogger(__name__)
@@ -239,15 +242,48 @@ class AlertEngine:
         _, values = w.history.series(30)
         last = ", ".join(_size(v) for v in values[-10:])
         stack = self.stack_text(w)
+        domain, where = self._domain(w)
+        stood = standing(self._victim(w), [self._contender(o) for o in domain], where[1])
         details = f"last RSS per second: {last}" + (f"\n{stack}" if stack else "")
+        spared = stood.spared
         self.book.event(Alert(
             id=0, kind=AlertKind.OOM_KILL, state=AlertState.FIRING, severity=Severity.CRITICAL, resource=f"pid:{w.pid}",
             value=float(w.peak), threshold=0.0, unit="bytes", time=now, pid=w.pid, source=source,
             message=f"{printable(name)} ({w.pid}) was killed by the OOM killer"
                     + (" (inferred: SIGKILL at high memory)" if source == OomSource.INFERRED else "")
-                    + f"; its peak was {_size(w.peak)}",
-            contributors=[Contributor(w.pid, name, w.peak)], details=details,
+                    + f"; its peak was {_size(w.peak)}" + _standing_text(stood, len(domain), where[0]),
+            contributors=[Contributor(w.pid, name, w.peak)], details=details, oom_highest=stood.highest,
+            spared=None if spared is None else Contributor(spared.w.pid, spared.w.display, spared.w.peak),
         ))
+
+    def _domain(self, w: Watched) -> tuple[list[Watched], tuple[str, int]]:
+        """The other live watched processes of ``w``'s memory domain (its tightest limited
+        cgroup, else the host), and the domain: its name and what it may use (bytes)."""
+        homes = [c for c in self.limits.limits if w.cgroup is not None and c in _ancestry(w.cgroup)]
+        if homes:
+            home = min(homes, key=lambda c: self.limits.limits[c])
+            others = [o for o in self.registry.alive if o is not w and o.cgroup is not None
+                      and home in _ancestry(o.cgroup)]
+            return others, (f"cgroup {printable(cgroup_path(home) or '/')}", self.limits.limits[home])
+        mem = self.procfs.meminfo()
+        total = mem.get("MemTotal", 0) + mem.get("SwapTotal", 0)
+        return [o for o in self.registry.alive if o is not w], ("the host", total)
+
+    def _victim(self, w: Watched) -> Contender:
+        """The victim as the kernel's line says it was weighed, else its last sample and the
+        value this daemon set (None: not known)."""
+        said = self.kmsg.victims.get(w.pid)
+        if said is not None:
+            return Contender(w, said.rss_bytes + w.swap, said.oom_score_adj)
+        return Contender(w, w.rss + w.swap, w.oom_score_adj)
+
+    @staticmethod
+    def _contender(w: Watched) -> Contender:
+        try:
+            adj: int | None = w.handle.oom_score_adj()
+        except MemagentError:  # gone too, or unreadable: not known
+            adj = None
+        return Contender(w, w.rss + w.swap, adj)
 
     def _memory_was_high(self, w: Watched) -> bool:
         """The box, or a limited cgroup it was in, was short of memory when it died: the
@@ -277,6 +313,25 @@ class AlertEngine:
         self.kmsg.close()
 
 
+
+
+def _ancestry(cgroup: str) -> set[str]:
+    return set(ancestors(cgroup))
+
+
+def _standing_text(stood: Standing, others: int, domain: str) -> str:
+    """The victim's standing, for the alert's message (nothing where nothing is known)."""
+    if not others:
+        return ""
+    text = ""
+    if stood.highest is not None:
+        text = (f"; it had the highest OOM score of the {others + 1} watched processes in {domain}" if stood.highest
+                else f"; it did not have the highest OOM score of the {others + 1} watched processes in {domain}")
+    if stood.spared is not None:
+        s = stood.spared
+        adj = "" if s.oom_score_adj is None else f", oom_score_adj {s.oom_score_adj}"
+        text += (f"; spared {printable(s.w.display)} ({s.w.pid}), the largest there at {_size(s.bytes)}{adj}")
+    return text
 
 
 def _size(n: int | None) -> str:

@@ -32,8 +32,10 @@ def format_table(processes: list[ProcessInfo]) -> str:
     box_title = f"{'CONTAINER':<20} " if boxed else ""
     nested = any(p.ns_pid is not None and p.ns_pid != p.pid for p in processes)
     ns_title = f" {'NSPID':>7}" if nested else ""  # its PID in its own namespace, where that differs
+    oom = any(p.oom_score_adj is not None for p in processes)  # the daemon set it ([oom_score_adj])
+    oom_title = f" {'OOMADJ':>6}" if oom else ""
     header = (f"{'PID':>7}{ns_title}  {'NAME':<20} {box_title}{'RSS':>10} {'PEAK':>10} {'ANON':>10} {'SWAP':>9}"
-              f"{vram_title}  {'STATE':<6} COMMAND")
+              f"{vram_title}{oom_title}  {'STATE':<6} COMMAND")
     lines = [header]
     for p in sorted(processes, key=lambda p: p.rss_peak_bytes, reverse=True):
         name = printable(p.label or p.name)
@@ -46,9 +48,10 @@ def format_table(processes: list[ProcessInfo]) -> str:
             vram = f" {human_bytes(p.vram_bytes):>10} {vpeak:>10}"
         box = f"{printable(container_text(p))[:20]:<20} " if boxed else ""
         ns = "" if not nested else f" {p.ns_pid if p.ns_pid is not None and p.ns_pid != p.pid else '-':>7}"
+        adj = "" if not oom else f" {'-' if p.oom_score_adj is None else p.oom_score_adj:>6}"
         lines.append(
             f"{p.pid:>7}{ns}  {name[:20]:<20} {box}{human_bytes(p.rss_bytes):>10} {peak:>10} "
-            f"{human_bytes(p.anon_bytes):>10} {human_bytes(p.swap_bytes):>9}{vram}  {state:<6} {cmd}"
+            f"{human_bytes(p.anon_bytes):>10} {human_bytes(p.swap_bytes):>9}{vram}{adj}  {state:<6} {cmd}"
         )
     return "\n".join(lines)
 
@@ -91,6 +94,9 @@ def status_lines(status: DaemonStatus) -> list[str]:
     lines.append(f"flight recorder: {printable(status.recording)}"
                  + (f", {human_bytes(status.recording_bytes)}{where}" if status.recording != "off" else "")
                  + (f" ({printable(status.recording_note)})" if status.recording_note else ""))
+    if status.oom_adjusted or status.oom_refused:
+        lines.append(f"oom_score_adj: {status.oom_adjusted} processes set from [oom_score_adj]"
+                     + (f", {status.oom_refused} not lowered (security.md §15)" if status.oom_refused else ""))
     if status.pressure is not None:
         lines.append(f"memory pressure (PSI some avg10): {status.pressure:.1f}%")
     for fault in status.faults:

@@ -31,6 +31,7 @@ from .sections import (
     AlertConfig,
     HeadroomConfig,
     MetricsConfig,
+    OomConfig,
     RecordConfig,
     StackConfig,
     default_of,
@@ -40,7 +41,7 @@ from .source import SYSTEM_STATE_DIR, ConfigSource, agent_config, default_state_
 __all__ = [
     "DEFAULT_PATH", "HOOK_PATH", "KEY", "KEYS", "LIVE", "MAX_FILE", "MAX_SIZE", "RESERVED_FOR_ADMINS", "RESTART",
     "SCHEMA", "SYSTEM_STATE_DIR", "AgentConfig", "AlertConfig", "Check", "ConfigError", "ConfigSource", "Flag",
-    "HeadroomConfig", "Key", "KiB", "MetricsConfig", "MiB", "RecordConfig", "Reload", "Row", "StackConfig",
+    "HeadroomConfig", "Key", "KiB", "MetricsConfig", "MiB", "OomConfig", "RecordConfig", "Reload", "Row", "StackConfig",
     "agent_config", "changed_keys", "changed_rows", "check_all", "check_of", "check_text", "copy_live", "default_of",
     "default_path", "default_state_dir", "key", "key_line", "keys_of", "load", "lookup_user", "parse_size",
     "split_changes", "split_listen", "validate",

@@ -322,3 +322,24 @@ def budgets(v: object, key: str) -> dict[str, int]:
     return {label(name, f"{key}.{name}"): size(value, f"{key}.{name}") for name, value in v.items()}
 
 
+
+
+#: The kernel's range of ``/proc/PID/oom_score_adj``.
+OOM_SCORE_ADJ_MIN, OOM_SCORE_ADJ_MAX = -1000, 1000
+
+
+def oom_scores(v: object, key: str) -> dict[str, int]:
+    """table: label = an integer from -1000 to 1000"""
+    if not isinstance(v, dict):
+        raise ConfigError(key, "expected a table of label = oom_score_adj")
+    out: dict[str, int] = {}
+    for name, value in v.items():
+        where = f"{key}.{name}"
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(where, f"expected an integer from {OOM_SCORE_ADJ_MIN} to {OOM_SCORE_ADJ_MAX}, "
+                                     f"got {shown(value)}")
+        if not OOM_SCORE_ADJ_MIN <= value <= OOM_SCORE_ADJ_MAX:
+            raise ConfigError(where, f"{value} is outside {OOM_SCORE_ADJ_MIN} to {OOM_SCORE_ADJ_MAX}, "
+                                     "the kernel's range of oom_score_adj")
+        out[label(name, where)] = value
+    return out

@@ -25,6 +25,7 @@ from .checks import (
     boolean,
     group,
     nonempty,
+    oom_scores,
     path_or_empty,
     program_path,
     user,
@@ -225,6 +226,23 @@ def _socket_key() -> Any:
 
 
 @dataclass
+class OomConfig:
+    """What the kernel's OOM killer is told of each label (docs/oom.md): the operator's
+    ``oom_score_adj`` per label, and whose processes may be given a lower one."""
+
+    #: Per label, the ``oom_score_adj`` written for its processes (-1000 to 1000).
+    scores: dict[str, int] = key(
+        "oom_score_adj", oom_scores, {}, reload=LIVE, shown_default="none: no process touched",
+        doc="The `[oom_score_adj]` table: label = -1000 to 1000, written to its processes' `oom_score_adj` "
+            "(oom.md); a lower value only as security.md §15 allows.")
+    #: Users besides root whose processes may be given a lower score than their own.
+    trusted_users: list[str] = key(
+        "oom.trusted_users", check_users, [], reload=LIVE, shown_default="none: root's processes only",
+        doc="Users besides root whose processes an operator's label may give a lower `oom_score_adj` "
+            "(security.md §15).")
+
+
+@dataclass
 class AgentConfig:
     """Everything an agent (daemon, embedded or demo) is built from."""
 
@@ -338,6 +356,7 @@ class AgentConfig:
     alerts: AlertConfig = field(default_factory=AlertConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    oom: OomConfig = field(default_factory=OomConfig)
     #: Where the daemon's configuration came from, to read it again on SIGHUP (set by
     #: :func:`memagent.config.agent_config`; None for an agent built otherwise: embedded, demo, tests).
     source: Origin | None = field(default=None, compare=False, repr=False)

@@ -23,6 +23,7 @@ from ..proc.cgroups import oom_kill_count
 from ..proc.lifecycle import GoneHandle, reaped
 from ..proc.procfs import ProcFS
 from .containers import ContainerNames
+from .oom import OomScores
 from .watched import Watched
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class Registry:
         max_exited: int = 256,
         events: Events | None = None,
         container_names: ContainerNames | None = None,
+        oom: OomScores | None = None,
     ) -> None:
         self.procfs = procfs or ProcFS()
         self.history_step = history_step
@@ -82,6 +84,8 @@ class Registry:
         self.edits = 0
         #: Container names (memagent.core.containers); without one, names are not looked up.
         self.container_names = container_names or ContainerNames(None)
+        #: The ``[oom_score_adj]`` table (memagent.core.oom): an entry detached gets its own back.
+        self.oom = oom or OomScores()
 
     # ----------------------------------------------------------------- queries
 
@@ -257,6 +261,7 @@ class Registry:
     def _remove(self, w: Watched) -> None:
         del self.entries[w.key]
         if w.alive:
+            self.oom.release(w)
             w.handle.close()
         self._rebuild_alive()
         log.info("detached %d (%s)", w.pid, printable(w.display))
@@ -351,7 +356,16 @@ class Registry:
         for w in evicted:
             self._remove(w)
 
+    def judge_oom(self) -> None:
+        """Each live entry's ``[oom_score_adj]`` judged again when the set or a label
+        changed (memagent.core.oom); an original kept or given back is an edit (saved)."""
+        if self.oom.sync(self.alive, self.edits):
+            self.edits += 1
+            self.oom.judged_at = self.edits
+
     def close(self) -> None:
+        """Stop watching everything (a stop): each process's own oom_score_adj given back."""
+        self.oom.release_all(self.alive)
         for w in self.entries.values():
             if w.alive:
                 w.handle.close()

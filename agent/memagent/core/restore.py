@@ -56,12 +56,15 @@ class Saved:
     hwm_at_reset: int | None
     #: GPU memory peak, all GPUs together (None: unknown; absent from files before it).
     vram_peak: int | None = None
+    #: Its own ``oom_score_adj`` before this daemon wrote its label's (memagent.core.oom);
+    #: None: not written. After a crash the value found is the daemon's, not the original.
+    oom_original: int | None = None
 
     @classmethod
     def of(cls, w: Watched) -> Saved:
         return cls(w.pid, w.key[1], w.start_time, w.attached_at, w.name, list(w.cmdline), w.uid, w.label,
                    w.label_trusted, w.follow_children, w.alive, w.exited_at, w.peak, w.peak_known_exact,
-                   w.peak_since, w.hwm_at_reset, w.vram_peak)
+                   w.peak_since, w.hwm_at_reset, w.vram_peak, w.oom_original if w.alive else None)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -131,6 +134,9 @@ def _reattach(registry: Registry, s: Saved) -> bool:
         return False
     w.label_trusted = s.label_trusted
     w.attached_at = s.attached_at
+    # The same process (its start time checked, its directory pinned): its own value is the
+    # saved one, whatever a daemon that did not stop cleanly left there. Judged at the next tick.
+    w.oom_original = s.oom_original
     w.keep_window(s.peak_since, s.hwm_at_reset, s.peak)
     log.info("restored %d (%s), peak %s since %s", s.pid, printable(s.label or s.name), format_size(w.peak, long=True),
              time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.peak_since)))

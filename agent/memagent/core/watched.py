@@ -81,6 +81,9 @@ class Watched:
         "next_read",
         "ns_pid",
         "oom_count",
+        "oom_original",
+        "oom_refused",
+        "oom_score_adj",
         "peak_since",
         "pid",
         "pre_exec",
@@ -184,6 +187,13 @@ class Watched:
         #: Its cgroup's oom_kill counter when last read; the signal that ended it.
         self.oom_count: int | None = None
         self.exit_signal: int | None = None
+        #: The ``oom_score_adj`` this daemon wrote (memagent.core.oom; None: not set by it),
+        #: the process's own value before that (given back at detach and a clean stop), and
+        #: and why its label's entry, lower than its own, was not written: "rule" (docs/
+        #: security.md §15) or "kernel" (no CAP_SYS_RESOURCE); None: nothing refused.
+        self.oom_score_adj: int | None = None
+        self.oom_original: int | None = None
+        self.oom_refused: str | None = None
         #: The kernel's final VmHWM from its exit record (taskstats), None until one came.
         self.exit_hwm: int | None = None
         #: Attached at its fork (a followed parent's child), before it ran a program of its
@@ -242,6 +252,10 @@ class Watched:
     def _build_row(self) -> None:
         """The sample-frame row, in :data:`memproto.records.SAMPLE_COLUMNS` order."""
         self.row = _row_of(self)
+
+    def refresh_row(self) -> None:
+        """Rebuild the row after a change outside the memory figures (its oom_score_adj)."""
+        self._build_row()
 
     @property
     def vram_peak(self) -> int | None:

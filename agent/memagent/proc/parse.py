@@ -348,3 +348,11 @@ def parse_nvmap_clients(data: bytes) -> tuple[dict[int, int], int | None, int]:
         except ValueError:
             skipped += 1
     return usage, total, skipped
+
+
+def parse_oom_score_adj(data: bytes) -> int:
+    """``/proc/PID/oom_score_adj``: one integer, -1000 to 1000 (ValueError otherwise)."""
+    value = int(data.strip())
+    if not -1000 <= value <= 1000:
+        raise ValueError(f"oom_score_adj out of range: {value}")
+    return value

@@ -38,6 +38,7 @@ from .parse import (
     parse_exit_signal,
     parse_meminfo,
     parse_memory_cgroup,
+    parse_oom_score_adj,
     parse_pressure_some_avg10,
     parse_stat,
     parse_statm,
@@ -302,9 +303,11 @@ class ProcessHandle:
         with translate_errors(self.pid):
             return os.pread(self.status_fd, _READ_SIZE, 0)
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes, *, truncate: bool = False) -> None:
+        """``data`` written to one of its files; ``truncate`` as a shell's ``>`` opens it
+        (the kernel ignores it on /proc; a fixture tree's regular file needs it)."""
         with translate_errors(self.pid):
-            fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC, dir_fd=self._dir)
+            fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0), dir_fd=self._dir)
             try:
                 os.write(fd, data)
             finally:
@@ -343,6 +346,20 @@ class ProcessHandle:
         where the kernel refuses it."""
         with read_boundary(self.pid):
             self.write("clear_refs", b"5")
+
+    def oom_score_adj(self) -> int:
+        """The process's ``oom_score_adj`` now (-1000 to 1000). NoSuchProcess, AccessDenied
+        or CannotRead."""
+        with read_boundary(self.pid):
+            return parse_oom_score_adj(self._read_at("oom_score_adj"))
+
+    def set_oom_score_adj(self, value: int) -> None:
+        """Write ``value`` to this very process's ``oom_score_adj`` (through the directory
+        descriptor that pins it: a PID reused since can never be written). AccessDenied
+        where the kernel refuses (a value below the process's floor without
+        ``CAP_SYS_RESOURCE``), NoSuchProcess once it is gone, CannotRead for the rest."""
+        with read_boundary(self.pid):
+            self.write("oom_score_adj", str(value).encode(), truncate=True)
 
     def exit_signal(self) -> int | None:
         """The signal that ended this process while it is a zombie; None when unknown."""

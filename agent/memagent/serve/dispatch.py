@@ -170,9 +170,10 @@ class Dispatcher:
             if pid <= 0:
                 raise InvalidPid(pid)
             watched = self.registry.attach(pid, label=req.label, children=req.children, may_watch=may_watch)
-            if req.label is not None:
-                for w in watched:
+            for w in watched:
+                if req.label is not None:
                     w.label_trusted = trusted
+                self.registry.oom.judge(w)  # its label's oom_score_adj, in the reply already
             return watched
 
         selected = _group(req.cgroup, req.unit, req.container)

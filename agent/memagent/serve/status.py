@@ -56,6 +56,7 @@ class StatusReport:
         own = own_pids(access, self.registry)
         host = host_memory(self.procfs.meminfo())
         stacks, rec = self.config.stacks, self.recorder
+        oom_adjusted, oom_refused = self.registry.oom.counts(visible)
         return DaemonStatus(
             software=SOFTWARE,
             pid=os.getpid(),
@@ -65,6 +66,8 @@ class StatusReport:
             socket=self.config.socket,
             watched=len(visible),
             watched_total=len(self.registry.entries),
+            oom_adjusted=oom_adjusted,
+            oom_refused=oom_refused,
             alive=sum(1 for w in visible if w.alive),
             clients=len(self.server.sessions),
             tick=self.ticker.stats(),
