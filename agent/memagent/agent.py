@@ -187,7 +187,8 @@ class Agent:
         # Restored before any request is served (no await in between): the first `ls` sees it.
         keeper = None
         if self.state is not None:
-            saved, rules = self.state.load()
+            saved, rules, observed = self.state.load()
+            self.alerts.take_back(observed)
             # Before the entries: a rule's processes started meanwhile get its label. Past
             # the caps (a file of an older version, or caps lowered): each user's first ones.
             dropped = self.groups.take_back(rules)
@@ -199,7 +200,8 @@ class Agent:
             if back or gone or rules:
                 log.info("restored from %s: %d processes watched again, %d exited, %d group rules", self.state.path,
                          back, gone, self.groups.kept)
-            keeper = self.report.state_keeper = StateKeeper(self.state, self.registry, self.groups)
+            keeper = self.report.state_keeper = StateKeeper(self.state, self.registry, self.groups,
+                                                            self.alerts.together)
             if dropped:
                 self.registry.edits += 1  # the file shrinks to what was kept
         await self.recorder.start()  # its first segment opens with what was restored

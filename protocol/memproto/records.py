@@ -183,6 +183,19 @@ class Headroom:
     #: True when the capacity is the configured ``[host] capacity``.
     configured: bool
     top: list[Contributor]
+    #: v1.9: the watched processes' memory together now, counted as Σ peaks counts their
+    #: peaks (host: share-adjusted); nil from an older daemon, or while a process's sharing
+    #: is not yet known (it would count shared pages in full).
+    sum_now_bytes: int | None = None
+    #: v1.9: the largest parts of ``sum_now_bytes``, at most 5 (``peak_bytes``: its part now).
+    now_top: list[Contributor] = field(default_factory=list)
+    #: v1.9: the highest ``sum_now_bytes`` seen at one tick over the daemon's window (kept
+    #: across restarts): a lower bound of what the peaks need together, Σ peaks the upper.
+    observed_sum_max_bytes: int | None = None
+    #: v1.9: when it was seen (Unix seconds).
+    observed_sum_max_at: float | None = None
+    #: v1.9: the largest parts of it then, at most 5.
+    observed_top: list[Contributor] = field(default_factory=list)
 
 
 @wire

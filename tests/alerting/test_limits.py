@@ -91,7 +91,7 @@ async def test_a_containers_limit_is_a_resource_of_its_own_and_its_alert_names_i
     (alert,) = v2.delivered
     assert (alert.kind, alert.resource, alert.severity) == ("headroom", resource, "warning")
     assert alert.message == ("container web: Σ peaks 950 MiB would use 93% of the 1.00 GiB headroom "
-                             "of its 1.00 GiB limit")
+                             "of its 1.00 GiB limit; seen together at most 950 MiB (93%)")
     assert v2.view(resource).name == "docker web"
     assert v2.view("host").ratio == pytest.approx(950 / (16 * 1024))  # the host's entry as it was
 

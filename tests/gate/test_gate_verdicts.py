@@ -64,6 +64,26 @@ def test_a_need_fits_beside_what_is_watched_and_its_own_part_counts_once() -> No
     assert own.fits and own.watched_bytes == 7 * GiB
 
 
+def test_both_bounds_are_judged_and_the_basis_picks_the_one_that_decides() -> None:
+    """Σ peaks 700 MiB, seen together at most 400, of 1 GiB: 500 MiB more fits only on the
+    observed bound; an observed figure above Σ peaks (a process detached since) is capped."""
+    from memagent.gate import OBSERVED, WORST_CASE
+    from memagent.gate.fits import bounds_json, decides
+
+    h = replace(headroom(HOST, 1024 * MiB, 700 * MiB), observed_sum_max_bytes=400 * MiB)
+    (v,) = judge([Need(HOST, 500 * MiB)], [h])
+    assert (v.fits, v.observed().fits, v.observed().watched_bytes) == (False, True, 400 * MiB)
+    assert (decides([v], WORST_CASE), decides([v], OBSERVED)) == (False, True)
+    both = bounds_json([v], [v])
+    assert both["worst_case"]["fits"] is False and both["observed"]["fits"] is True
+    assert both["observed"]["resources"][0]["watched_observed_bytes"] == 400 * MiB
+    assert "seen together 400 MiB" in v.observed().line()
+    (capped,) = judge([Need(HOST, 1)], [replace(h, observed_sum_max_bytes=900 * MiB)])
+    assert capped.observed().watched_bytes == 700 * MiB
+    (older,) = judge([Need(HOST, 1)], [headroom(HOST, 1024 * MiB, 700 * MiB)])  # a 1.8 daemon: cannot tell
+    assert older.observed().capacity_bytes is None and not decides([older], OBSERVED)
+
+
 def test_a_resource_the_daemon_has_no_figure_for_cannot_be_said_to_fit() -> None:
     unknown, = judge([Need("GPU-1234", GiB)], [headroom(HOST, 16 * GiB, 0)])
     assert unknown.capacity_bytes is None and not unknown.fits

@@ -53,3 +53,12 @@ async def test_at_most_three_limits_the_fullest_first_and_a_name_is_escaped() ->
     assert "docker \\x1b[2Jevil" in gauges[0] and "of n/a" in gauges[0]
     assert gauges[1].rstrip().endswith("docker c3") and "docker c2" in gauges[2]
     assert "+2 more: memagent status" in gauges[2]
+
+
+async def test_the_sigma_gauges_show_what_was_seen_together_beside_the_peaks() -> None:
+    """Both bounds (issue 30): Σ peaks, the worst case, and the highest total seen together."""
+    seen = replace(limit(DOCKER, "docker web", 210 * MiB, 256 * MiB), observed_sum_max_bytes=120 * MiB,
+                   observed_sum_max_at=1.0)
+    lines = await header_lines([seen])
+    assert "210 MiB / 256 MiB 82% · seen together 120 MiB" in lines[3] and "docker web" in lines[3]
+    assert "seen together" not in lines[2]  # the host's, from a status without the figure (an older daemon)

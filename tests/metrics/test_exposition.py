@@ -39,7 +39,7 @@ def snapshot(**changes: object) -> MetricsSnapshot:
             ProcessFigures(102, "python3", "trainer", 100 * MiB, 120 * MiB, None, None, 0.0, False),
             ProcessFigures(103, "nginx", "", 10 * MiB, 11 * MiB, 0, 0, 0.0, True),
         ),
-        headroom=(HeadroomFigures("host", "host memory", 631 * MiB, 8192 * MiB, 631 / 8192),
+        headroom=(HeadroomFigures("host", "host memory", 631 * MiB, 8192 * MiB, 631 / 8192, 402 * MiB),
                   HeadroomFigures(GPU, "GPU 0 NVIDIA A100", 4096 * MiB, 0, None),
                   HeadroomFigures(CGROUP, "docker web", 200 * MiB, 256 * MiB, 200 / 256)),
         firing=(("budget", "trainer", "warning"), ("headroom", "host", "critical")),
@@ -82,6 +82,8 @@ def test_every_metric_reads_back_as_given(openmetrics: bool) -> None:
     assert got[key("memagent_headroom_sum_peaks_bytes", resource="host")] == 631 * MiB
     assert got[key("memagent_headroom_capacity_bytes", resource="host")] == 8192 * MiB
     assert got[key("memagent_headroom_ratio", resource="host")] == pytest.approx(631 / 8192)
+    assert got[key("memagent_headroom_observed_sum_max_bytes", resource="host")] == 402 * MiB
+    assert key("memagent_headroom_observed_sum_max_bytes", resource=GPU) not in got  # none seen: no series
     assert got[key("memagent_headroom_sum_peaks_bytes", resource=GPU)] == 4096 * MiB
     assert key("memagent_headroom_ratio", resource=GPU) not in got  # capacity 0: no ratio
     assert got[key("memagent_headroom_ratio", resource=CGROUP)] == pytest.approx(200 / 256)  # a container's limit

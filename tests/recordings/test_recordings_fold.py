@@ -127,3 +127,36 @@ def test_the_capacity_the_daemon_judged_with_is_the_reports_and_the_plots() -> N
     assert data is not None and data.show_capacity()
     assert data.capacity_words() == "capacity 4.00 GiB (configured; host RAM 8.00 GiB)"
     assert data.judged_sum_peaks == [(T0 + 1, 3 * GiB), (T0 + 3, 3 * GiB)] and len(data.sum_peaks) == 5
+
+
+def test_a_recorded_range_folds_the_daemons_moments_as_the_daemon_does() -> None:
+    """The observed bound from a recording (issue 30): each snapshot's total then, and the
+    daemon's maximum where its moment is inside the range; the report lists the moments
+    and which of the top processes peaked together (PID 1 and 2 never at once here)."""
+    from memagent.recordings.report_text import text_lines
+    from memproto.recording import HeadroomSnapshot
+    from memproto.records import Contributor, Headroom, HostMemory
+
+    def snap(i: int, now: int, seen: int, seen_at: int) -> HeadroomSnapshot:
+        view = Headroom("host", "host memory", 4 * GiB, 3 * GiB, 0.75, 8 * GiB, 0, 0, True, [],
+                        sum_now_bytes=now, now_top=[Contributor(1, "train", now)],
+                        observed_sum_max_bytes=seen, observed_sum_max_at=T0 + seen_at,
+                        observed_top=[Contributor(1, "train", seen)])
+        return HeadroomSnapshot(T0 + i, HostMemory(8 * GiB, 4 * GiB, 0, 0), [view])
+
+    base = frames()
+    stream = [*base[:4], snap(1, GiB, GiB, 1), *base[4:6], snap(3, 2 * GiB, 3 * GiB, 2), *base[6:]]
+    tl = build_timeline(stream)
+    best = tl.highest_together().best["host"]
+    assert (best.at, best.total) == (T0 + 2, 3 * GiB)  # the daemon's own maximum, at its moment
+    r = report_json(tl, ["run.mrec"], top=2)
+    (host,) = r["observed"]
+    assert (host["bytes"], host["time"], host["sum_peaks_bytes"], host["ratio"]) == (3 * GiB, T0 + 2, 3 * GiB, 0.75)
+    assert [m["bytes"] for m in r["together_moments"]] == [3 * GiB]  # one meeting: the others within 5 s
+    (pair,) = r["peaks_together"]
+    assert (pair["a"]["pid"], pair["b"]["pid"], pair["both_samples"]) == (1, 2, 0)
+    assert any(line.startswith("seen together (observed: a lower bound") for line in text_lines(r))
+    # A range after the maximum: only what the snapshots in it tell (never the daemon's earlier figure).
+    late = build_timeline(stream, since=T0 + 2.5)
+    assert late.highest_together().best["host"].total == 2 * GiB
+    assert build_timeline(stream, labels=["train"]).together == {}  # a subset: the fleet's totals are not its own

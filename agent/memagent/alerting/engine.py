@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from memproto.records import Alert, Contributor, Headroom
 from memproto.text import printable
@@ -33,6 +34,7 @@ from .book import AlertBook, Reading
 from .growth import growth, judge
 from .headroom import HostInputs, budgeted, contribution, gpu_headroom, host_headroom
 from .limits import CgroupLimits
+from .observed import HighestTogether
 from .oom_standing import Contender, Standing, standing
 from .sharing import SharingTracker
 
@@ -74,6 +76,9 @@ class AlertEngine:
         #: (inf: not growing); memagent_process_leak_eta_seconds.
         self.etas: dict[tuple[int, int], float] = {}
         self.sharing = SharingTracker(registry, headroom)
+        #: Per resource, the highest total seen together (the observed bound, :mod:`.observed`);
+        #: the agent gives it what the state directory kept (:meth:`take_back`).
+        self.together = HighestTogether()
         self._state: tuple[int, int] = (-1, -1)
         self._devices: list[DeviceReading] | None = None
         self._next_full = 0.0
@@ -108,11 +113,13 @@ class AlertEngine:
         views += gpu_views
         self.limits.refresh(now, mem.get("MemTotal", 0))
         views += self.limits.views(now, watched)
-        self.headroom = views
         # A process just attached counts its shared pages in full until its PSS is read
         # (within a tick or two): judging the host (or a cgroup it is in) before that
-        # would raise false alarms for forked workers. Not for long: at most PSS_GRACE s.
+        # would raise false alarms for forked workers, and its total now would be an
+        # observed maximum too high. Not for long: at most PSS_GRACE s.
         unsure = {w.key for w in alive if not w.share_known and now - w.attached_at < PSS_GRACE}
+        views = [self._observed(v, now, bool(unsure) and self._share_adjusted(v.resource, unsure)) for v in views]
+        self.headroom = views
         for view in views:
             if view.ratio is not None and not (unsure and self._share_adjusted(view.resource, unsure)):
                 self._judge(view, view.ratio)
@@ -135,6 +142,17 @@ class AlertEngine:
         for label in self.book.resources(AlertKind.BUDGET) - set(self.config.budgets):
             self.book.clear(AlertKind.BUDGET, label, f"resolved: label '{printable(label)}' has no budget any more")
 
+    def take_back(self, together: HighestTogether) -> None:
+        """The observed maxima the state directory kept across a restart."""
+        self.together = together
+
+    def _observed(self, view: Headroom, now: float, unsure: bool) -> Headroom:
+        """``view`` with the observed maximum; its total now is folded in unless a process
+        in it is not share-adjusted yet (then it is not a figure to keep: it says nothing now)."""
+        if unsure:
+            view = replace(view, sum_now_bytes=None, now_top=[])
+        return self.together.marked(view, now)
+
     # ------------------------------------------------------------------ kinds
 
     def _share_adjusted(self, resource: str, unsure: set[tuple[int, int]]) -> bool:
@@ -155,6 +173,10 @@ class AlertEngine:
             message = f"{printable(subject)}: {figures} of its {_size(view.limit_bytes)} limit"
         else:
             message = f"{figures} of {printable(view.name)}"
+        # Both bounds (docs/headroom.md, "Two bounds"): the worst case judged, the observed beside it.
+        if view.observed_sum_max_bytes is not None and view.capacity_bytes:
+            seen = view.observed_sum_max_bytes
+            message += f"; seen together at most {_size(seen)} ({seen / view.capacity_bytes:.0%})"
         self.book.evaluate(Reading(AlertKind.HEADROOM, view.resource, ratio, c.warn_fraction,
                                    c.critical_fraction, "ratio", message, view.top))
 

@@ -62,6 +62,13 @@ def contribution(w: Watched) -> int:
     return max(0, w.peak - w.shared)
 
 
+def now_part(w: Watched) -> int:
+    """What a live process adds to the total seen together now (``sum_now_bytes``): its
+    RSS, share-adjusted as :func:`contribution` adjusts its peak, so that the two bounds
+    count the same pages (docs/headroom.md, "Two bounds")."""
+    return max(0, w.rss - w.shared)
+
+
 def budgeted(watched: Iterable[Watched], label: str) -> list[Watched]:
     """The processes whose peaks count in ``label``'s budget: only labels the operator set
     (config, auto-attach, root or admin clients), so that another user cannot push its
@@ -75,7 +82,8 @@ def host_headroom(inputs: HostInputs, watched: list[Watched], config: HeadroomCo
     sum_peaks = sum(p for p, _ in peaks)
     limit = inputs.total
     used = max(0, inputs.total - inputs.available)
-    watched_now = sum(max(0, w.rss - w.shared) + ((w.vram or 0) if gpu else 0) for w in watched if w.alive)
+    nows = [(now_part(w) + ((w.vram or 0) if gpu else 0), w) for w in watched if w.alive]
+    watched_now = sum(p for p, _ in nows)
     unwatched = max(0, used - watched_now)
     if config.host_capacity is not None:
         capacity, reserve = config.host_capacity, 0
@@ -87,7 +95,7 @@ def host_headroom(inputs: HostInputs, watched: list[Watched], config: HeadroomCo
         ratio=sum_peaks / capacity if capacity else None,
         limit_bytes=limit, reserve_bytes=reserve, unwatched_bytes=unwatched,
         configured=config.host_capacity is not None,
-        top=_top(peaks),
+        top=_top(peaks), sum_now_bytes=watched_now, now_top=_top(nows),
     )
 
 
@@ -111,26 +119,29 @@ def cgroup_headroom(inputs: CgroupInputs, members: list[Watched]) -> Headroom:
     kernel reclaims the cgroup's page cache before it OOM-kills there."""
     peaks = [(contribution(w), w) for w in members]
     sum_peaks = sum(p for p, _ in peaks)
-    watched_now = sum(max(0, w.rss - w.shared) for w in members if w.alive)
+    nows = [(now_part(w), w) for w in members if w.alive]
+    watched_now = sum(p for p, _ in nows)
     unwatched = max(0, inputs.used - watched_now) if inputs.used is not None else 0
     capacity = max(0, inputs.limit - unwatched)
     return Headroom(
         resource=inputs.resource, name=inputs.name, capacity_bytes=capacity, sum_peaks_bytes=sum_peaks,
         ratio=sum_peaks / capacity if capacity else None, limit_bytes=inputs.limit, reserve_bytes=0,
-        unwatched_bytes=unwatched, configured=False, top=_top(peaks),
+        unwatched_bytes=unwatched, configured=False, top=_top(peaks), sum_now_bytes=watched_now,
+        now_top=_top(nows),
     )
 
 
 def gpu_headroom(device: DeviceReading, watched: list[Watched], config: HeadroomConfig) -> Headroom:
     peaks = []
-    now = 0
+    nows = []
     for w in watched:
         p = w.vram_peaks.get(device.index)
         if p is not None and p[0]:
             peaks.append((int(p[0]), w))
-        for g in w.vram_gpus:
-            if g.index == device.index and g.used_bytes:
-                now += g.used_bytes
+        mine = sum(g.used_bytes or 0 for g in w.vram_gpus if g.index == device.index)
+        if mine:
+            nows.append((mine, w))
+    now = sum(p for p, _ in nows)
     sum_peaks = sum(p for p, _ in peaks)
     total = device.total or 0
     unwatched = max(0, (device.used or 0) - now)
@@ -139,7 +150,7 @@ def gpu_headroom(device: DeviceReading, watched: list[Watched], config: Headroom
         resource=device.uuid, name=f"GPU {device.index} {device.name}", capacity_bytes=capacity,
         sum_peaks_bytes=sum_peaks, ratio=sum_peaks / capacity if capacity else None,
         limit_bytes=total, reserve_bytes=config.gpu_reserve, unwatched_bytes=unwatched, configured=False,
-        top=_top(peaks),
+        top=_top(peaks), sum_now_bytes=now, now_top=_top(nows),
     )
 
 

@@ -17,6 +17,7 @@ from memproto.paths import SYSTEM_SOCKET
 from memproto.text import printable
 
 from ..errors import ConfigError, MemagentError
+from ..gate import BASES, WORST_CASE
 
 # The configuration (its sizes and ranges) is imported by the argument types that use it,
 # when a parser that has them is built: ``memagent ls`` never loads it (cli/table.py).
@@ -90,6 +91,14 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, label: bool = Tr
     if label:
         parser.add_argument("--label", action="append", default=[], metavar="LABEL",
                             help="only the processes with this label (repeatable)")
+
+
+def add_basis_argument(parser: argparse.ArgumentParser) -> None:
+    """``--basis worst-case|observed`` (``admit``, ``run --fits``): which bound decides the
+    exit status; both are answered (docs/headroom.md, "Two bounds")."""
+    parser.add_argument("--basis", choices=BASES, default=WORST_CASE,
+                        help="the bound the exit status follows: worst-case (Σ peaks, the default) or observed "
+                             "(the highest total seen together)")
 
 
 def socket_arg(value: str) -> str:

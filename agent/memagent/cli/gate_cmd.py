@@ -15,7 +15,7 @@ from memproto.client_side import ClientError, ConnectionLost, DaemonNotRunning
 from memproto.text import printable
 
 from ..errors import MemagentError
-from .args import Parents, Parser, UsageError, config_range_arg, int_range_arg, size_range_arg
+from .args import Parents, Parser, UsageError, add_basis_argument, config_range_arg, int_range_arg, size_range_arg
 from .exits import EXIT_NO_DAEMON, EXIT_OVER_BUDGET, CommandFailed
 from .table import help_of
 
@@ -44,6 +44,7 @@ def add_parsers(sub: argparse._SubParsersAction[Parser], parents: Parents) -> No
     p.add_argument("--per-process", action="store_true", help="apply the budgets to each process instead")
     p.add_argument("--fits", action="store_true",
                    help="also fail when its peaks would not fit beside what the running daemon watches")
+    add_basis_argument(p)
     p.add_argument("--interval", type=interval_arg, default=0.1, metavar="SECONDS",
                    help="sample interval, 0.01 to 60 (0.1)")
     p.add_argument("--report", metavar="FILE", help="write the summary as JSON")

@@ -8,6 +8,7 @@
   const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                    "#17becf", "#bcbd22", "#7f7f7f", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"];
   const OTHERS = "#bdbdbd", SEVERITY = { critical: "#d62728", warning: "#ff9f1c" };
+  const TOGETHER = "#006d5b";  // as plot_mpl.TOGETHER: the total seen together
   const WORDS_APART = [0.13, 0.07];  // as plot_mpl.WORDS_APART
   const PAD = { left: 78, right: 16, top: 14, bottom: 26 };
   const hidden = new Set();
@@ -63,6 +64,7 @@
   function build() {
     const sums = [{ kind: "sum", points: data.sum_peaks }];
     if (data.judged_sum_peaks && data.judged_sum_peaks.length) sums.push({ kind: "sum", judged: true, points: data.judged_sum_peaks });
+    if (data.together && data.together.length) sums.push({ kind: "sum", judged: true, together: true, points: data.together });
     panels.push(panel(document.getElementById("box"), 200, "\u03a3 peaks", sums,
                       data.capacity_shown ? [data.capacity_bytes] : [], 1.08));
     const rss = procs.map((p) => ({ kind: "rss", proc: p, points: p.rss, peak: [p.peak_time, p.peak_bytes] }));
@@ -122,7 +124,7 @@
     const order = pl.series.slice().sort((a, b) => (a.proc && a.proc.named ? 1 : 0) - (b.proc && b.proc.named ? 1 : 0));
     for (const s of order) {
       if (hidden.has(key(s)) || !s.points.length) continue;
-      g.strokeStyle = s.kind === "sum" ? "#333" : s.proc.colour;
+      g.strokeStyle = s.together ? TOGETHER : s.kind === "sum" ? "#333" : s.proc.colour;
       g.lineWidth = s.judged ? 2.2 : s.kind === "sum" || s.proc.named ? 1.6 : 0.8;
       g.setLineDash(s.kind === "sum" && !s.judged ? [6, 4] : []);
       g.beginPath();
@@ -162,7 +164,7 @@
       g.beginPath(); g.arc(x(pl.hover[0]), y(pl.hover[1]), 5, 0, 2 * Math.PI); g.stroke();
     }
   }
-  const key = (s) => (s.kind === "sum" ? (s.judged ? "judged" : "sum") : s.proc.pid + "/" + s.proc.start_time);
+  const key = (s) => (s.kind === "sum" ? (s.together ? "together" : s.judged ? "judged" : "sum") : s.proc.pid + "/" + s.proc.start_time);
   const redraw = () => panels.forEach(draw);
 
   function nearest(pl, mx, my) {
@@ -186,7 +188,7 @@
     panels.forEach((p) => { p.hover = null; });
     if (hit) {
       pl.hover = hit.pt;
-      const who = hit.s.kind === "sum" ? (hit.s.judged ? "\u03a3 peaks, the daemon's" : "\u03a3 peaks, raw")
+      const who = hit.s.kind === "sum" ? (hit.s.together ? "seen together" : hit.s.judged ? "\u03a3 peaks, the daemon's" : "\u03a3 peaks, raw")
         : hit.s.proc.title + " (" + hit.s.proc.pid + ")";
       tip.textContent = who + "\n" + day(hit.pt[0]) + " " + clock(hit.pt[0]) + "\n" +
         (hit.s.kind === "vram" ? "GPU " : hit.s.kind === "sum" ? "" : "RSS ") + formatSize(hit.pt[1]);
@@ -220,6 +222,9 @@
     legendItem("#333", data.sum_label || "\u03a3 peaks", "the sum of the peaks of the processes alive at each sample", "sum", true);
     if (data.judged_sum_peaks && data.judged_sum_peaks.length) {
       legendItem("#333", data.judged_label, "the daemon's share-adjusted Σ peaks, from its headroom snapshots", "judged", false);
+    }
+    if (data.together && data.together.length) {
+      legendItem(TOGETHER, data.together_label, "the watched processes' share-adjusted memory at the same moment, from the daemon's headroom snapshots", "together", false);
     }
     if (data.capacity_bytes !== null) {
       legendItem("#000", (data.capacity_words || ("capacity " + formatSize(data.capacity_bytes))) + (data.capacity_shown ? "" : " (off the scale)"),

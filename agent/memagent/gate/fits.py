@@ -7,13 +7,18 @@ the one ``memagent status`` and the headroom alert would give once the newcomer 
 host is always judged; a GPU when the newcomer uses one. A resource the daemon has no
 figure for (a GPU it cannot see) cannot be judged, and a gate that cannot judge refuses.
 
+Two bounds (docs/headroom.md, "Two bounds"): the *worst case* adds the newcomer's peak to
+Σ peaks (every watched peak at once); the *observed* adds it to the highest total the
+daemon saw together (``observed_sum_max_bytes``, never more than that Σ peaks). Both are
+answered; the exit status follows the worst case unless ``--basis observed``.
+
 Pure: the daemon's :class:`~memproto.records.Headroom` list comes in, verdicts go out
 (:func:`admission`: ``memagent admit``'s, from the daemon's status).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memproto.records import Contributor, DaemonStatus, Headroom
@@ -21,6 +26,7 @@ from memproto.text import printable
 
 from ..errors import CommandFailed
 from ..prose import human_bytes
+from . import OBSERVED, WORST_CASE
 
 HOST = "host"
 #: ``memagent admit``'s ``--json`` code when the daemon cannot tell (a GPU it does not see).
@@ -46,6 +52,17 @@ class FitVerdict:
     #: Σ peaks the daemon counts there now (the newcomer's own processes taken out).
     watched_bytes: int
     top: list[Contributor] = field(default_factory=list)
+    #: The highest total the daemon saw together there, at most ``watched_bytes`` (None: it
+    #: has no such figure: an older daemon). In an :meth:`observed` verdict, ``watched_bytes`` is it.
+    observed_bytes: int | None = None
+    basis: str = WORST_CASE
+
+    def observed(self) -> FitVerdict:
+        """This need judged against the observed bound instead of Σ peaks; its capacity is
+        None (cannot tell) where the daemon has no observed figure."""
+        if self.observed_bytes is None:
+            return replace(self, capacity_bytes=None, watched_bytes=0, basis=OBSERVED)
+        return replace(self, watched_bytes=self.observed_bytes, basis=OBSERVED)
 
     @property
     def total_bytes(self) -> int:
@@ -67,7 +84,8 @@ class FitVerdict:
         verdict = "fits" if self.fits else f"does NOT fit: {human_bytes(self.over_bytes)} over"
         spare = self.capacity_bytes - self.total_bytes
         tail = f", {human_bytes(spare)} to spare" if self.fits else ""
-        return (f"{printable(self.name)}: {human_bytes(self.need_bytes)} + Σ peaks {human_bytes(self.watched_bytes)}"
+        what = "seen together" if self.basis == OBSERVED else "Σ peaks"
+        return (f"{printable(self.name)}: {human_bytes(self.need_bytes)} + {what} {human_bytes(self.watched_bytes)}"
                 f" watched = {human_bytes(self.total_bytes)} of {human_bytes(self.capacity_bytes)}: {verdict}{tail}")
 
     def heaviest(self, n: int = 3) -> str:
@@ -75,10 +93,33 @@ class FitVerdict:
         return ", ".join(f"PID {c.pid} {printable(c.label)} {human_bytes(c.peak_bytes)}" for c in self.top[:n])
 
     def to_json(self) -> dict[str, Any]:
-        return {"resource": self.resource, "name": self.name, "fits": self.fits, "need_bytes": self.need_bytes,
-                "watched_sum_peaks_bytes": self.watched_bytes, "capacity_bytes": self.capacity_bytes,
-                "total_bytes": self.total_bytes, "over_by_bytes": self.over_bytes,
-                "top": [{"pid": c.pid, "label": c.label, "peak_bytes": c.peak_bytes} for c in self.top]}
+        """A worst-case verdict's object (the observed figure beside it); an observed one's
+        has ``watched_observed_bytes`` where the other has ``watched_sum_peaks_bytes``."""
+        watched = "watched_observed_bytes" if self.basis == OBSERVED else "watched_sum_peaks_bytes"
+        out: dict[str, Any] = {
+            "resource": self.resource, "name": self.name, "fits": self.fits, "need_bytes": self.need_bytes,
+            watched: self.watched_bytes, "capacity_bytes": self.capacity_bytes,
+            "total_bytes": self.total_bytes, "over_by_bytes": self.over_bytes,
+            "top": [{"pid": c.pid, "label": c.label, "peak_bytes": c.peak_bytes} for c in self.top]}
+        if self.basis == WORST_CASE:
+            out["observed_sum_max_bytes"] = self.observed_bytes
+        return out
+
+
+def bounds_json(judged: list[FitVerdict], decide: list[FitVerdict]) -> dict[str, Any]:
+    """``--json``'s ``worst_case`` and ``observed`` verdicts: each ``{"fits", "resources"}``,
+    ``fits`` over the verdicts that decide (``decide``: the host and the GPU chosen)."""
+    deciding = {v.resource for v in decide}
+    observed = [v.observed() for v in judged]
+    return {"worst_case": {"fits": all(v.fits for v in judged if v.resource in deciding),
+                           "resources": [v.to_json() for v in judged]},
+            "observed": {"fits": all(v.fits for v in observed if v.resource in deciding),
+                         "resources": [v.to_json() for v in observed]}}
+
+
+def decides(verdicts: list[FitVerdict], basis: str) -> bool:
+    """Whether it fits on ``basis`` (:data:`WORST_CASE` or :data:`OBSERVED`)."""
+    return all((v.observed() if basis == OBSERVED else v).fits for v in verdicts)
 
 
 def judge(needs: list[Need], headroom: list[Headroom], own: dict[str, int] | None = None) -> list[FitVerdict]:
@@ -93,7 +134,10 @@ def judge(needs: list[Need], headroom: list[Headroom], own: dict[str, int] | Non
             out.append(FitVerdict(need.resource, need.resource, need.bytes, None, 0))
             continue
         watched = max(0, h.sum_peaks_bytes - (own or {}).get(need.resource, 0))
-        out.append(FitVerdict(h.resource, h.name, need.bytes, h.capacity_bytes, watched, list(h.top)))
+        # Others' total together never exceeded their Σ peaks: the observed figure is capped
+        # there (a process detached since, or the newcomer's own, leaves Σ peaks).
+        observed = min(h.observed_sum_max_bytes, watched) if h.observed_sum_max_bytes is not None else None
+        out.append(FitVerdict(h.resource, h.name, need.bytes, h.capacity_bytes, watched, list(h.top), observed))
     return out
 
 

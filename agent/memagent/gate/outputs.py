@@ -21,7 +21,8 @@ from memproto.text import printable
 
 from ..errors import CANNOT_WRITE, CommandFailed
 from ..prose import frame_text, human_bytes
-from .fits import FitVerdict
+from . import OBSERVED, WORST_CASE
+from .fits import FitVerdict, bounds_json
 from .fits import summary as fits_summary
 
 #: Frames of the stack at the peak kept per process in the report.
@@ -79,8 +80,11 @@ class Outcome:
     exec_error: str | None = None
     #: ``--kill-over-budget`` killed the tree.
     killed: bool = False
-    #: ``--fits``: the daemon's verdict on each resource the run used.
+    #: ``--fits``: the daemon's verdict on each resource the run used (worst case; each
+    #: verdict's :meth:`~.fits.FitVerdict.observed` the other bound), and ``--basis``: the
+    #: bound the exit status follows.
     fits: list[FitVerdict] | None = None
+    fits_basis: str = WORST_CASE
     #: The kernel's peak of the tree's biggest process (``wait4``), when it tells something.
     kernel_max_rss: int | None = None
     #: What the agent could not do, one phrase each (the summary's last lines).
@@ -134,10 +138,15 @@ def excess(outcome: Outcome, budget: RunBudget) -> list[str]:
     return out
 
 
+def decisive_fits(outcome: Outcome) -> list[FitVerdict]:
+    """``--fits``'s verdicts on the bound the exit status follows (``--basis``)."""
+    return [v.observed() if outcome.fits_basis == OBSERVED else v for v in outcome.fits or []]
+
+
 def failures(outcome: Outcome, budget: RunBudget) -> list[str]:
     """Each budget exceeded, and each resource where the run would not fit beside what
     the daemon watches (``--fits``), as a phrase (empty: the run passes)."""
-    unfit = [v for v in outcome.fits or [] if not v.fits]
+    unfit = [v for v in decisive_fits(outcome) if not v.fits]
     return excess(outcome, budget) + [
         f"would not fit here: {v.name} {human_bytes(v.over_bytes)} over" if v.capacity_bytes is not None
         else f"would it fit here? cannot tell for {v.name}" for v in unfit]
@@ -168,7 +177,9 @@ def summary_lines(outcome: Outcome, budget: RunBudget, exit_status: int) -> list
     lines.extend(f"  over budget: {phrase}" for phrase in excess(outcome, budget))
     if outcome.fits is not None:
         lines.append("  would it fit beside what the daemon watches?")
-        lines.extend(f"    {line}" for line in fits_summary(outcome.fits))
+        lines.extend(f"    {line}" for line in fits_summary(outcome.fits)
+                     + fits_summary([v.observed() for v in outcome.fits]))
+        lines.append(f"    (the exit status follows the {outcome.fits_basis} bound)")
     if biggest is not None and biggest.stack_at_peak:
         lines.append(f"  stack at the peak of PID {biggest.pid} (innermost first):")
         lines.extend(f"    {frame}" for frame in biggest.stack_at_peak[:8])
@@ -201,7 +212,8 @@ def report_json(outcome: Outcome, budget: RunBudget, exit_status: int) -> dict[s
         "growth_sites": [{"function": s.function, "filename": s.filename, "line": s.line, "bytes": s.bytes,
                           "samples": s.samples} for s in outcome.growth_sites],
         "fits": None if outcome.fits is None else {
-            "fits": all(v.fits for v in outcome.fits), "resources": [v.to_json() for v in outcome.fits]},
+            "fits": all(v.fits for v in decisive_fits(outcome)), "basis": outcome.fits_basis,
+            "resources": [v.to_json() for v in outcome.fits], **bounds_json(outcome.fits, outcome.fits)},
     }
 
 

@@ -344,7 +344,7 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
     outcome = Outcome(argv, child.exit_code, duration, max(figures.total, kernel or 0), figures.processes,
                       figures.sites, exec_error, killed, kernel_max_rss=kernel, notes=figures.notes)
     if args.fits and exec_error is None:
-        outcome.fits = ask_fits(args.socket, figures)
+        outcome.fits, outcome.fits_basis = ask_fits(args.socket, figures), args.basis
     status = exit_status(outcome, budget, args.over_budget_status)
     if exec_error is None:
         for line in summary_lines(outcome, budget, status):

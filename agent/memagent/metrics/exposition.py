@@ -103,6 +103,9 @@ def _host_families(s: MetricsSnapshot, openmetrics: bool) -> Iterator[str]:
     h = s.headroom
     yield (_gauge("memagent_headroom_sum_peaks_bytes", "Σ of the watched processes' peaks (host: share-adjusted).",
                   [(_labels(resource=x.resource), x.sum_peaks) for x in h])
+           + _gauge("memagent_headroom_observed_sum_max_bytes", "The highest total of the watched processes' memory "
+                    "seen at one tick (share-adjusted as Σ peaks): a lower bound, Σ peaks the upper.",
+                    [(_labels(resource=x.resource), x.observed_sum_max) for x in h if x.observed_sum_max is not None])
            + _gauge("memagent_headroom_capacity_bytes", "Memory the watched processes may use altogether.",
                     [(_labels(resource=x.resource), x.capacity) for x in h])
            + _gauge("memagent_headroom_ratio", "Σ peaks / capacity (absent when the capacity is 0).",

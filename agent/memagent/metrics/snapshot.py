@@ -62,6 +62,8 @@ class HeadroomFigures:
     capacity: int
     #: None when the capacity is 0: the series is left out.
     ratio: float | None
+    #: The highest total seen together (docs/headroom.md, "Two bounds"); None: none yet.
+    observed_sum_max: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +170,8 @@ class MetricsSnapshotSource:
         return MetricsSnapshot(
             per_label=m.per_process == "label",
             processes=by_label(rows) if m.per_process == "label" else tuple(rows),
-            headroom=tuple(HeadroomFigures(v.resource, v.name, v.sum_peaks_bytes, v.capacity_bytes, v.ratio)
+            headroom=tuple(HeadroomFigures(v.resource, v.name, v.sum_peaks_bytes, v.capacity_bytes, v.ratio,
+                                           v.observed_sum_max_bytes)
                            for v in self.alerts.headroom),
             firing=tuple(sorted((a.kind, a.resource, a.severity) for a in self.alerts.book.active.values()
                                 if a.state == AlertState.FIRING)),

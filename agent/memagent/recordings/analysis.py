@@ -9,11 +9,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from memproto.records import Alert, StackDump, ThreadStack
-from memproto.vocabulary import AlertKind
+from memproto.vocabulary import AlertKind, Resource
 
+from ..alerting.observed import Together
 from .timeline import Timeline, Track
 
 SEVERITY_RANK = {"warning": 1, "critical": 2}
+#: A process is near its peak at a sample when its RSS is at least this part of its own
+#: highest sampled RSS in the window.
+NEAR_PEAK = 0.9
+#: The moments of highest simultaneous total listed, and the processes paired.
+MOMENTS = 3
+#: Two moments listed are at least this far apart (seconds).
+MOMENTS_APART = 5.0
+PAIRED = 5
 
 
 def stack_thread(dump: StackDump) -> ThreadStack | None:
@@ -92,7 +101,58 @@ def report_json(tl: Timeline, paths: list[str], top: int) -> dict[str, Any]:
             "first_time": tl.first, "last_time": tl.last, "samples": len(tl.sum_peaks),
             "processes_total": len(tracks), "processes": [track_json(t, tl.interval) for t in tracks[:top]],
             "sum_peaks": sums, "alerts": alerts_json([a for a in tl.alerts if a.kind != AlertKind.OOM_KILL]),
-            "oom_kills": [oom_json(a) for a in tl.oom_kills], "damage": tl.damage}
+            "oom_kills": [oom_json(a) for a in tl.oom_kills], "damage": tl.damage,
+            "observed": observed_json(tl), "together_moments": highest_moments(tl),
+            "peaks_together": peaks_together(tl, min(top, PAIRED))}
+
+
+def moment_json(m: Together) -> dict[str, Any]:
+    return {"time": m.at, "bytes": m.total,
+            "top": [{"pid": c.pid, "label": c.label, "bytes": c.peak_bytes} for c in m.top]}
+
+
+def observed_json(tl: Timeline) -> list[dict[str, Any]]:
+    """Per headroom resource (the host first), the observed bound over the window beside
+    the highest Σ peaks there: the highest total seen together (a lower bound, peaks
+    between ticks not summed together) and Σ peaks (an upper one). docs/headroom.md."""
+    out = []
+    best = tl.highest_together().best
+    for resource in sorted(best, key=lambda r: (r != Resource.HOST, r)):
+        m, cap = best[resource], tl.resource_capacity.get(resource)
+        out.append({"resource": resource, "name": tl.resource_names.get(resource, resource), **moment_json(m),
+                    "sum_peaks_bytes": tl.resource_sum_peaks.get(resource), "capacity_bytes": cap,
+                    "ratio": round(m.total / cap, 4) if cap else None})
+    return out
+
+
+def highest_moments(tl: Timeline, n: int = MOMENTS) -> list[dict[str, Any]]:
+    """The host's ``n`` moments of highest total together, each with its largest parts, at
+    least :data:`MOMENTS_APART` seconds apart (the snapshots of one meeting of peaks, and
+    the daemon's maximum among them, are one moment: its highest, earliest)."""
+    chosen: list[Together] = []
+    for m in sorted(tl.together.get(Resource.HOST, []), key=lambda m: (-m.total, m.at)):
+        if len(chosen) < n and all(abs(m.at - c.at) >= MOMENTS_APART for c in chosen):
+            chosen.append(m)
+    return [moment_json(m) for m in chosen]
+
+
+def peaks_together(tl: Timeline, n: int = PAIRED) -> list[dict[str, Any]]:
+    """For the ``n`` processes of highest peak, each pair: at how many samples both were
+    near their own peak (:data:`NEAR_PEAK` of their highest sampled RSS), of the samples
+    where either was; ``fraction`` 0: their peaks never met at a tick."""
+    near: list[tuple[Track, set[float]]] = []
+    for t in tl.by_peak()[:n]:
+        top = max(t.rss, default=0)
+        if top:
+            near.append((t, {when for when, rss in zip(t.times, t.rss, strict=True) if rss >= NEAR_PEAK * top}))
+    out = []
+    for i, (a, near_a) in enumerate(near):
+        for b, near_b in near[i + 1:]:
+            both, either = len(near_a & near_b), len(near_a | near_b)
+            out.append({"a": {"pid": a.pid, "name": a.title}, "b": {"pid": b.pid, "name": b.title},
+                        "both_samples": both, "either_samples": either,
+                        "fraction": round(both / either, 4) if either else None})
+    return sorted(out, key=lambda p: -(p["fraction"] or 0))
 
 
 def missing_asked(tl: Timeline, pids: Sequence[int], labels: Sequence[str]) -> list[str]:

@@ -136,6 +136,10 @@ class PlotData:
     #: snapshots, drawn beside the raw sum of the rows' peaks (shared pages in each); empty
     #: with fewer than two snapshots.
     judged_sum_peaks: list[Point] = field(default_factory=list)
+    #: The host's total seen together (the observed bound, docs/headroom.md "Two bounds"):
+    #: the watched processes' share-adjusted memory at each moment the headroom snapshots
+    #: tell of, drawn under the Σ peaks line; empty with fewer than two such moments.
+    together: list[Point] = field(default_factory=list)
     #: What a ``memagent run --record`` recording watched: its title says so.
     command: list[str] | None = None
 
@@ -155,11 +159,12 @@ class PlotData:
 
     @property
     def sum_top(self) -> int:
-        return max((b for _, b in [*self.sum_peaks, *self.judged_sum_peaks]), default=0)
+        return max((b for _, b in [*self.sum_peaks, *self.judged_sum_peaks, *self.together]), default=0)
 
     #: The two Σ lines' names.
     SUM_LABEL = "Σ peaks, raw (of the processes alive; shared pages in each)"
     JUDGED_LABEL = "Σ peaks, the daemon's (share-adjusted: what it alerts on)"
+    TOGETHER_LABEL = "seen together (observed: the highest is a lower bound)"
 
     @property
     def gap_seconds(self) -> float:
@@ -233,6 +238,7 @@ def plot_data(timeline: Timeline, buckets: int = DEFAULT_BUCKETS) -> PlotData | 
         command=timeline.command,
         samples=len(timeline.sum_peaks), processes=processes, sum_peaks=decimate(timeline.sum_peaks, buckets),
         judged_sum_peaks=list(timeline.judged_sum_peaks) if timeline.share_adjusted else [],
+        together=together if len(together := timeline.host_together()) >= 2 else [],
         capacity_bytes=timeline.capacity_bytes, capacity_configured=timeline.capacity_configured,
         ram_bytes=timeline.ram_bytes,
         alerts=[AlertMark(a.id, a.time, a.kind, a.severity, a.state, a.message, a.pid) for a in timeline.alerts],

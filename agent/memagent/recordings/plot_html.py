@@ -90,6 +90,8 @@ def payload(data: PlotData) -> dict[str, object]:
         "sum_label": data.SUM_LABEL,
         "judged_sum_peaks": [[t, b] for t, b in data.judged_sum_peaks],
         "judged_label": data.JUDGED_LABEL,
+        "together": [[t, b] for t, b in data.together],
+        "together_label": data.TOGETHER_LABEL,
         "judged_gap_seconds": data.judged_gap_seconds,
         "processes": [_process(p) for p in data.processes],
         "alerts": [{"id": a.id, "time": a.time, "kind": a.kind, "severity": a.severity, "state": a.state,

@@ -37,6 +37,8 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 assert len(PALETTE) >= COLOURED
 OTHERS = "#bdbdbd"
 SUM = "#333333"
+#: The total seen together (the observed bound), under the Σ peaks lines.
+TOGETHER = "#006d5b"
 SEVERITY_COLOUR = {Severity.CRITICAL: "#d62728", Severity.WARNING: "#ff9f1c"}
 #: Two peaks' words closer than this (fractions of the panel) would overlap: the lower
 #: peak keeps its marker and its words in the legend only.
@@ -136,6 +138,8 @@ def _box(data: PlotData, ax: Axes) -> None:
     _line(ax, data.sum_peaks, "sum-peaks", SUM, 1.4, data.SUM_LABEL, data.gap_seconds, linestyle="--")
     if data.judged_sum_peaks:
         _line(ax, data.judged_sum_peaks, "sum-peaks-judged", SUM, 1.8, data.JUDGED_LABEL, data.judged_gap_seconds)
+    if data.together:
+        _line(ax, data.together, "seen-together", TOGETHER, 1.8, data.TOGETHER_LABEL, data.judged_gap_seconds)
     top = data.sum_top
     if data.show_capacity() and data.capacity_bytes is not None:
         line = ax.axhline(data.capacity_bytes, color="black", linewidth=1.2, linestyle="-.", zorder=4,

@@ -69,6 +69,7 @@ def text_lines(r: dict[str, Any]) -> list[str]:
         cap = (f" of {human_bytes(s['capacity_bytes'])} {what} ({s['ratio']:.0%}{ram})"
                if s["capacity_bytes"] and s["ratio"] is not None else "")
         lines.append(f"highest Σ peaks: {human_bytes(s['bytes'])} at {_clock(s['time'])}{cap}")
+    lines.extend(together_lines(r))
     lines.append(f"alerts: {len(r['alerts']) or 'none'}")
     for a in r["alerts"]:
         ended = f" -> {a['state']} {_clock(a['last_time'])}" if a["last_time"] != a["time"] else ""
@@ -80,4 +81,31 @@ def text_lines(r: dict[str, Any]) -> list[str]:
         lines.append(f"  {_clock(o['time'])}  pid {o['pid']}: {printable(o['message'])}")
     if r["damage"]:
         lines.append(f"damaged parts skipped: {len(r['damage'])} (listed on stderr)")
+    return lines
+
+
+def _parts(top: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{printable(c['label'])} ({c['pid']}) {human_bytes(c['bytes'])}" for c in top)
+
+
+def together_lines(r: dict[str, Any]) -> list[str]:
+    """The observed bound beside Σ peaks, the moments of highest total together, and
+    which of the top processes peaked together (docs/headroom.md, "Two bounds")."""
+    lines = []
+    if r.get("observed"):
+        lines.append("seen together (observed: a lower bound, peaks between ticks not summed; Σ peaks the upper):")
+    for o in r.get("observed", []):
+        cap = f" = {o['ratio']:.0%} of {human_bytes(o['capacity_bytes'])}" if o["ratio"] is not None else ""
+        worst = f"; Σ peaks {human_bytes(o['sum_peaks_bytes'])}" if o["sum_peaks_bytes"] is not None else ""
+        lines.append(f"  {printable(o['name'])}: {human_bytes(o['bytes'])} at {_clock(o['time'])}{cap}{worst}")
+    if r.get("together_moments"):
+        lines.append("highest moments together (host memory), largest parts:")
+    for m in r.get("together_moments", []):
+        lines.append(f"  {_clock(m['time'])}  {human_bytes(m['bytes'])}: {_parts(m['top']) or '-'}")
+    if r.get("peaks_together"):
+        lines.append("peaks together (both at >= 90% of their highest sampled RSS at the same sample):")
+    for p in r.get("peaks_together", []):
+        share = f" ({p['fraction']:.0%})" if p["fraction"] is not None else ""
+        lines.append(f"  {printable(p['a']['name'])} ({p['a']['pid']}) & {printable(p['b']['name'])} "
+                     f"({p['b']['pid']}): {p['both_samples']} of {p['either_samples']} samples{share}")
     return lines

@@ -19,6 +19,8 @@ from memproto.records import Alert, StackDump
 from memproto.text import display_name
 from memproto.vocabulary import AlertKind, Resource
 
+from ..alerting.observed import HighestTogether, Together, moments_of
+
 
 def iso(t: float) -> str:
     """A time for JSON and text: ISO 8601 in local time with its offset, to the second."""
@@ -93,6 +95,16 @@ class Timeline:
     capacity_configured: bool = False
     alerts: list[Alert] = field(default_factory=list)
     headroom: list[HeadroomSnapshot] = field(default_factory=list)
+    #: Per headroom resource, the moments the headroom snapshots in the window tell of
+    #: (:func:`memagent.alerting.observed.moments_of`: the total together then, and the
+    #: daemon's own maxima reached inside the window), in the order read. Empty with a
+    #: subset of the processes (``--pid``, ``--label``): the totals are the whole fleet's.
+    together: dict[str, list[Together]] = field(default_factory=dict)
+    #: Per headroom resource: its name, and the highest Σ peaks and last capacity the
+    #: snapshots in the window give.
+    resource_names: dict[str, str] = field(default_factory=dict)
+    resource_sum_peaks: dict[str, int] = field(default_factory=dict)
+    resource_capacity: dict[str, int] = field(default_factory=dict)
     #: What the reader skipped (damaged frames), one line each.
     damage: list[str] = field(default_factory=list)
     segments: int = 0
@@ -127,6 +139,19 @@ class Timeline:
 
     def highest_raw_sum(self) -> tuple[float, int] | None:
         return max(self.sum_peaks, key=lambda ts: ts[1]) if self.sum_peaks else None
+
+    def highest_together(self) -> HighestTogether:
+        """The observed bound over the window, per resource: the live daemon's fold
+        (:class:`~memagent.alerting.observed.HighestTogether`) over the recorded moments."""
+        fold = HighestTogether()
+        for resource, moments in self.together.items():
+            for m in moments:
+                fold.see(resource, m)
+        return fold
+
+    def host_together(self) -> list[tuple[float, int]]:
+        """The host's total together at each snapshot (the plot's line under Σ peaks), in time order."""
+        return sorted({(m.at, m.total) for m in self.together.get(Resource.HOST, [])})
 
     def by_peak(self) -> list[Track]:
         return sorted(self.tracks.values(), key=lambda t: t.peak_bytes, reverse=True)
@@ -201,6 +226,19 @@ def _add_other(tl: Timeline, frame: Frame, inside: Callable[[float], bool], want
                 tl.judged_capacity_bytes, tl.capacity_configured = host.capacity_bytes, host.configured
             if host is not None and want.everyone:  # a subset (--pid, --label): its own rows
                 tl.judged_sum_peaks.append((frame.time, host.sum_peaks_bytes))
+            if want.everyone:
+                _add_together(tl, frame, inside)
+
+
+def _add_together(tl: Timeline, frame: HeadroomSnapshot, inside: Callable[[float], bool]) -> None:
+    """A headroom snapshot's moments (the observed bound) and each resource's figures."""
+    for view in frame.headroom:
+        tl.resource_names[view.resource] = view.name
+        tl.resource_capacity[view.resource] = view.capacity_bytes
+        tl.resource_sum_peaks[view.resource] = max(tl.resource_sum_peaks.get(view.resource, 0), view.sum_peaks_bytes)
+    for resource, moment in moments_of(frame.time, frame.headroom):
+        if inside(moment.at):
+            tl.together.setdefault(resource, []).append(moment)
 
 
 def _add_sample(tl: Timeline, frame: Sample, fold: Fold, want: _Filter) -> None:

@@ -115,7 +115,9 @@ def alert_for(alert: Alert, own: set[int] | None) -> Alert | None:
 
 
 def headroom_for(view: Headroom, own: set[int] | None) -> Headroom:
-    """A headroom view without other users' processes among its top contributors."""
+    """A headroom view without other users' processes among its contributors (its top,
+    now and at the observed maximum); the totals are the box's, seen by all (§2.4)."""
     if own is None:
         return view
-    return replace(view, top=[c for c in view.top if c.pid in own])
+    return replace(view, top=[c for c in view.top if c.pid in own], now_top=[c for c in view.now_top if c.pid in own],
+                   observed_top=[c for c in view.observed_top if c.pid in own])

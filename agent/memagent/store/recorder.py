@@ -92,19 +92,27 @@ def _keyframe_info(w: Watched) -> ProcessInfo:
     return replace(info, cmdline=cut_cmdline(info.cmdline, KEYFRAME_CMDLINE, KEYFRAME_ARG))
 
 
-def _marks(views: list[Headroom]) -> list[tuple[str, int, int]]:
-    """What of the headroom :func:`_moved` compares: each resource, its capacity, its Σ."""
-    return [(h.resource, h.capacity_bytes, h.sum_peaks_bytes) for h in views]
+#: What of a headroom view :func:`_moved` compares: its resource, capacity, Σ peaks, total
+#: now and observed maximum.
+Mark = tuple[str, int, int, int, int]
 
 
-def _moved(old: list[tuple[str, int, int]], new: list[tuple[str, int, int]]) -> bool:
+def _marks(views: list[Headroom]) -> list[Mark]:
+    """What of the headroom :func:`_moved` compares, per view."""
+    return [(h.resource, h.capacity_bytes, h.sum_peaks_bytes, h.sum_now_bytes or 0, h.observed_sum_max_bytes or 0)
+            for h in views]
+
+
+def _moved(old: list[Mark], new: list[Mark]) -> bool:
     """Whether the headroom changed enough to be worth a snapshot: another set of resources,
-    or a capacity or a Σ of peaks moved by 1 % of the capacity (at least 1 MiB). A derived
-    capacity follows what unwatched processes use: it moves by bytes at every reading."""
-    if [r for r, _, _ in old] != [r for r, _, _ in new]:
+    a new observed maximum (so that a recording holds each one the daemon reached, with its
+    moment: :func:`memagent.alerting.observed.moments_of`), or a capacity, a Σ of peaks or a
+    total now moved by 1 % of the capacity (at least 1 MiB). A derived capacity follows
+    what unwatched processes use: it moves by bytes at every reading."""
+    if [m[0] for m in old] != [m[0] for m in new]:
         return True
-    return any(max(abs(c0 - c1), abs(s0 - s1)) >= max(MiB, c1 // 100)
-               for (_, c0, s0), (_, c1, s1) in zip(old, new, strict=True))
+    return any(o0 != o1 or max(abs(c0 - c1), abs(s0 - s1), abs(n0 - n1)) >= max(MiB, c1 // 100)
+               for (_, c0, s0, n0, o0), (_, c1, s1, n1, o1) in zip(old, new, strict=True))
 
 
 class FlightRecorder:
@@ -138,7 +146,7 @@ class FlightRecorder:
         self._retry_at = 0.0
         self._max_bytes = config.max_bytes
         self._hr_seen: list[Headroom] | None = None
-        self._hr_marks: list[tuple[str, int, int]] = []
+        self._hr_marks: list[Mark] = []
         self._hr_at = float("-inf")
         self.shares = UserShares()
         self._refused_told = False
@@ -387,7 +395,7 @@ class FlightRecorder:
             self.shares.charge(header.sequence, uid, writer.add(frame))
         self.writer, self._prev_rows, self._max_bytes = writer, None, self.config.max_bytes
         self._hr_at, self._hr_seen = now, self.alerts.headroom
-        self._hr_marks = [(h.resource, h.capacity_bytes, h.sum_peaks_bytes) for h in self._hr_seen]
+        self._hr_marks = _marks(self._hr_seen)
         keyframe = writer.take_raw()
         try:
             if tail:

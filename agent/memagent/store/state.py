@@ -11,12 +11,15 @@ the same directory (on another socket) is refused rather than overwriting the fi
 state and recordings.
 
 The file holds the watched set and the group rules of ``attach --cgroup/--unit/
---container`` (each with its owner's UID: restored with that user's rights only).
+--container`` (each with its owner's UID: restored with that user's rights only), and
+the observed maximum of each headroom resource (the highest total seen together,
+:mod:`memagent.alerting.observed`: over the daemon's window, restarts included).
 Written whole, atomically: a temporary file in the directory, ``fsync``, ``rename`` over
 ``state.json``, ``fsync`` of the directory, so a crash (SIGKILL, power) leaves the
 previous file or the new one, never half of one. It is written in a thread, never on the
 event loop (:class:`StateKeeper`): within a second of a change of the set (attach, detach,
-exit, reset-peaks, a label, a group rule), every 10 s while only peaks grow, and at
+exit, reset-peaks, a label, a group rule), every 10 s while only peaks (or an observed
+maximum) grow, and at
 shutdown; a write that failed (a full disk) is tried again until it works. A file that cannot be read or
 understood (corrupt, truncated, another format version) is renamed aside
 (``state.json.corrupt-<time>``) with one warning line, and the daemon starts with
@@ -36,6 +39,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from ..alerting.observed import HighestTogether
 from ..core.groups import GroupRule, Groups
 from ..core.registry import Registry
 from ..core.restore import Saved
@@ -107,17 +111,17 @@ class StateDir:
             os.close(self.fd)
             self.fd = -1
 
-    def load(self) -> tuple[list[Saved], list[GroupRule]]:
-        """The saved entries and group rules (``attach --cgroup/--unit/--container``; absent
-        from older files); none when there is no file, and none (the file moved aside, one
-        warning) when it cannot be read or understood."""
+    def load(self) -> tuple[list[Saved], list[GroupRule], HighestTogether]:
+        """The saved entries, group rules (``attach --cgroup/--unit/--container``) and
+        observed maxima (both absent from older files); none when there is no file, and
+        none (the file moved aside, one warning) when it cannot be read or understood."""
         try:
             fd = os.open(STATE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=self.fd)
         except FileNotFoundError:
-            return [], []
+            return [], [], HighestTogether()
         except OSError as exc:
             self._move_aside(f"cannot be opened: {exc.strerror or exc}")
-            return [], []
+            return [], [], HighestTogether()
         try:
             with os.fdopen(fd, "rb") as f:
                 if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
@@ -132,10 +136,11 @@ class StateDir:
             entries, rules = data.get("entries"), data.get("rules", [])
             if not isinstance(entries, list) or not isinstance(rules, list):
                 raise ValueError("no list of entries or rules")
-            return [Saved.from_json(e) for e in entries], [GroupRule.from_json(r) for r in rules]
+            observed = HighestTogether.from_json(data.get("observed", {}))
+            return [Saved.from_json(e) for e in entries], [GroupRule.from_json(r) for r in rules], observed
         except (OSError, ValueError, RecursionError) as exc:  # json.JSONDecodeError, UnicodeError: ValueError
             self._move_aside(str(exc))
-            return [], []
+            return [], [], HighestTogether()
 
     def _move_aside(self, why: str) -> None:
         aside = f"{STATE_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
@@ -148,11 +153,14 @@ class StateDir:
         log.warning("state file %s/%s not usable (%s): moved aside to %s; starting with nothing restored",
                     self.path, STATE_FILE, why, aside)
 
-    def save(self, saved: list[Saved], rules: list[GroupRule] | None = None) -> None:
-        """Replace the file atomically (module doc); OSError when it could not be."""
+    def save(self, saved: list[Saved], rules: list[GroupRule] | None = None,
+             observed: dict[str, object] | None = None) -> None:
+        """Replace the file atomically (module doc); OSError when it could not be.
+        ``observed``: :meth:`HighestTogether.to_json`'s."""
         body = json.dumps({"version": FORMAT_VERSION, "saved_at": time.time(),
                            "entries": [s.to_json() for s in saved],
-                           "rules": [r.to_json() for r in rules or []]}, separators=(",", ":")).encode()
+                           "rules": [r.to_json() for r in rules or []],
+                           "observed": observed or {}}, separators=(",", ":")).encode()
         tmp = f"{STATE_FILE}.tmp"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=self.fd)  # O_EXCL below: never write through a planted file
@@ -182,12 +190,15 @@ class StateKeeper:
     warning line (one line again when a save works) and a line in the status's ``faults``
     meanwhile."""
 
-    def __init__(self, state: StateDir, registry: Registry, groups: Groups | None = None) -> None:
+    def __init__(self, state: StateDir, registry: Registry, groups: Groups | None = None,
+                 observed: HighestTogether | None = None) -> None:
+        """``observed``: the alert engine's fold of the observed maxima, saved with the rest."""
         self.state = state
         self.registry = registry
         self.groups = groups
+        self.observed = observed
         self._edits = registry.edits
-        self._peaks = self._peak_sum()
+        self._peaks = self._growth_mark()
         self._saved_at = time.monotonic()
         #: A change is not on disk (the last write failed); when to try again without a change.
         self._unsaved = False
@@ -196,22 +207,24 @@ class StateKeeper:
         self.fault: str | None = None
         self._io = ThreadPoolExecutor(1, thread_name_prefix="memagent-state")
 
-    def _peak_sum(self) -> int:
-        return sum(w.peak for w in self.registry.entries.values())
+    def _growth_mark(self) -> tuple[int, int]:
+        """What grows without an edit: the peaks' sum, and the observed fold's version (a new maximum)."""
+        return sum(w.peak for w in self.registry.entries.values()), self.observed.version if self.observed else 0
 
     def due(self, now: float) -> bool:
         if self.registry.edits != self._edits:
             return True
         if self._unsaved:
             return now >= self._retry_at
-        return now - self._saved_at >= PEAK_SAVE_EVERY and self._peak_sum() != self._peaks
+        return now - self._saved_at >= PEAK_SAVE_EVERY and self._growth_mark() != self._peaks
 
     def _take(self) -> Callable[[], None]:
         """What to save, taken now (on the loop), as the write to run in the thread."""
-        self._edits, self._peaks, self._saved_at = self.registry.edits, self._peak_sum(), time.monotonic()
+        self._edits, self._peaks, self._saved_at = self.registry.edits, self._growth_mark(), time.monotonic()
         saved = [Saved.of(w) for w in self.registry.entries.values()]
         rules = self.groups.rules if self.groups is not None else []
-        return lambda: self.state.save(saved, rules)
+        observed = self.observed.to_json() if self.observed is not None else None
+        return lambda: self.state.save(saved, rules, observed)
 
     def _done(self, error: OSError | None) -> None:
         """Note how a write ended: a failure keeps the state unsaved (module doc)."""

@@ -174,6 +174,7 @@ class MemHeader(Widget):
         lines = []
         for h in limits[:MAX_LIMITS]:
             line = self._gauge("Σ limit", h.sum_peaks_bytes, h.capacity_bytes, 0.9, 1.0)
+            _seen_together(line, h)
             line.append(f"  {printable(h.name)}", style="dim")
             lines.append(line)
         if len(limits) > MAX_LIMITS:
@@ -187,6 +188,15 @@ class MemHeader(Widget):
         if headroom is not None:
             line = self._gauge("Σ peaks", headroom.sum_peaks_bytes, headroom.capacity_bytes, 0.9, 1.0)
             line.append(" of headroom", style="dim")
+            _seen_together(line, headroom)
             return line
         host = self.snapshot.host
         return self._gauge("Σ peaks", self.snapshot.sum_peaks, host.total if host else None, 0.9, 1.0)
+
+
+def _seen_together(line: Text, headroom: Headroom) -> None:
+    """Beside Σ peaks (every peak at once, the worst case), the highest total the daemon saw
+    together (a lower bound; docs/headroom.md, "Two bounds"); nothing from an older daemon."""
+    seen = headroom.observed_sum_max_bytes
+    if seen is not None:
+        line.append(f" · seen together {format_size(seen, long=True)}", style="dim")
