@@ -252,7 +252,10 @@ class Scanner:
             if w is None:
                 del self.given[key]
             elif w.label == given.label:
-                w.label_trusted = given.uid in self.trusted_uids or given.rooted
+                trusted = given.uid in self.trusted_uids or given.rooted
+                if trusted != w.label_trusted:
+                    w.label_trusted = trusted
+                    self.registry.edits += 1  # saved, and its oom_score_adj judged again (core/oom.py)
 
     def adopt(self, pid: int, parent: Watched, *, descendants: bool = True) -> list[Watched]:
         """Attach ``pid``, a child of ``parent`` (whose children are followed): with its
