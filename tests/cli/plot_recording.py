@@ -87,7 +87,7 @@ def write_recording(path: Path, procs: Sequence[Proc], ticks: int, *, alerts: Se
             vram = p.vram(i) if alive else None
             if vram is not None:
                 vpeak[p.pid] = max(vpeak.get(p.pid) or 0, vram)
-            rows.append([p.pid, p.start_time, alive, rss, peak[p.pid], rss, 0, vram, vpeak.get(p.pid), True])
+            rows.append([p.pid, p.start_time, alive, rss, peak[p.pid], rss, 0, vram, vpeak.get(p.pid), True, None])
             if p.exits_at == i:
                 w.add(Exited(pid=p.pid, start_time=p.start_time, time=now, rss_peak_bytes=peak[p.pid]))
         w.add_sample(i + 1, now, INTERVAL, rows)

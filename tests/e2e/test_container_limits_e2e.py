@@ -110,7 +110,7 @@ def test_a_containers_limit_is_its_own_headroom_and_its_alert_names_the_containe
     (alert,) = poll("a headroom warning for the container", firing)
     assert (alert["resource"], alert["severity"]) == (resource, "warning")
     assert str(alert["message"]).startswith("container web: Σ peaks ")
-    assert str(alert["message"]).endswith(" limit")
+    assert " limit; seen together at most " in str(alert["message"])  # both bounds (issue 30)
     host = entries(d)["host"]
     assert host.limit_bytes == host_before.limit_bytes  # the host's own limit, the box's memory
     assert f"firing warning [{resource}]: container web: Σ peaks" in d.log

@@ -119,8 +119,8 @@ def test_peaks_that_never_meet_are_seen_apart_and_together_when_they_overlap(
     assert _cli(d, "admit", "--rss", str(need), "--basis", "observed")[0] == 3
     code, out = _cli(d, "status", "--json")
     host = next(h for h in json.loads(out)["headroom"] if h["resource"] == "host")
-    assert host["observed_sum_max_bytes"] == together.observed_sum_max_bytes
-    assert host["observed_sum_max_at"] == together.observed_sum_max_at
+    assert host["observed_sum_max_bytes"] >= together.observed_sum_max_bytes  # it may have risen since: never falls
+    assert host["observed_sum_max_at"] >= together.observed_sum_max_at
     plot = tmp_path / "fleet.html"
     assert _cli(d, "plot", str(record), "-o", str(plot))[0] == 0
     assert "seen together (observed" in plot.read_text()

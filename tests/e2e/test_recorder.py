@@ -84,18 +84,18 @@ def test_sigkill_under_load_leaves_every_segment_readable(
 
 
 def _old_segment(record: Path, seq: int, size: int) -> None:
-    """A valid segment from long ago of ``size`` bytes (to 69: one row), its sample frame
+    """A valid segment from long ago of ``size`` bytes (to 70: one row), its sample frame
     left unpacked (a reader takes plain frames as well as batches) so that its size is exact."""
     start = 1_700_000_000.0 + seq
     name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start)) + f"-{seq:06d}{SUFFIX}"
 
     def build(n: int) -> bytes:
         w = SegmentWriter(SegmentHeader(1, "old", start, 0.5, list(PROTOCOL_VERSION), "test", sequence=seq))
-        w.add_sample(1, start, 0.5, [(1000 + i, start, True, *[2**40 + i] * 6, True) for i in range(n)])
+        w.add_sample(1, start, 0.5, [(1000 + i, start, True, *[2**40 + i] * 6, True, None) for i in range(n)])
         return w.header_bytes() + w.take_raw()
 
-    base = len(build(16)) - 16 * 69  # each row: 69 bytes (uint16, float64, 6 x uint64, 2 bools, array)
-    (record / name).write_bytes(build((size - base) // 69))
+    base = len(build(16)) - 16 * 70  # each row: 70 bytes (uint16, float64, 6 x uint64, 2 bools, a nil, array)
+    (record / name).write_bytes(build((size - base) // 70))
 
 
 def test_the_size_bound_drops_the_oldest_segments_first(
