@@ -16,13 +16,14 @@ import itertools
 import socket
 from collections import deque
 from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from memproto import (
     FrameBuffer,
     ProtocolError,
     encode,
     frame_bytes,
+    frames,
 )
 from memproto.client_side import (
     CannotConnect,
@@ -38,33 +39,17 @@ from memproto.client_side import (
     denied_reason,
     no_daemon,
 )
-from memproto.frames import (
-    Ack,
-    Attach,
-    AttachOk,
-    Detach,
-    DetachOk,
-    Error,
-    Frame,
-    Hello,
-    History,
-    HistoryOk,
-    ListOk,
-    ListProcesses,
-    ResetPeaks,
-    ResetPeaksOk,
-    Stack,
-    StackOk,
-    Status,
-    StatusOk,
-    Subscribe,
-)
 from memproto.paths import socket_candidates
-from memproto.records import DaemonStatus, ProcessInfo
 
 from . import SOFTWARE
 
-R = TypeVar("R", bound=Frame)
+if TYPE_CHECKING:
+    # Requests and replies are named through ``frames`` where used: each one's module is
+    # imported at its first use (``memagent ls`` creates the classes of ``list`` alone).
+    from memproto.frames import AttachOk, DetachOk, Frame, Hello, HistoryOk, ResetPeaksOk, StackOk
+    from memproto.records import DaemonStatus, ProcessInfo
+
+R = TypeVar("R", bound="Frame")
 
 
 def connect(explicit: str | None = None, timeout: float | None = 10.0,
@@ -160,7 +145,7 @@ class Client:
         except ConnectionLost:
             pass  # a daemon that refuses us (busy) may close first: its reason is still to read
         frame = self.recv()
-        if isinstance(frame, Error):
+        if isinstance(frame, frames.Error):
             raise RequestFailed(frame)
         return check_server_hello(frame)
 
@@ -169,9 +154,9 @@ class Client:
         want = getattr(frame, "id", None)
         while True:
             reply = self.recv()
-            if isinstance(reply, Error) and (reply.id == want or reply.id is None):
+            if isinstance(reply, frames.Error) and (reply.id == want or reply.id is None):
                 raise RequestFailed(reply)
-            if getattr(reply, "id", object()) == want and not isinstance(reply, Hello):
+            if getattr(reply, "id", object()) == want and not isinstance(reply, frames.Hello):
                 if not isinstance(reply, expect):
                     raise ProtocolError(f"expected {expect.TYPE}, got {reply.TYPE}")
                 return reply
@@ -184,29 +169,29 @@ class Client:
 
     def attach(self, pids: list[int], label: str | None = None, children: bool = False, *,
                cgroup: str | None = None, unit: str | None = None, container: str | None = None) -> AttachOk:
-        return self.request(Attach(self._id(), pids, label, children, cgroup, unit, container), AttachOk)
+        return self.request(frames.Attach(self._id(), pids, label, children, cgroup, unit, container), frames.AttachOk)
 
     def detach(self, pids: list[int], exited: bool = False, *,
                cgroup: str | None = None, unit: str | None = None, container: str | None = None) -> DetachOk:
-        return self.request(Detach(self._id(), pids, exited, cgroup, unit, container), DetachOk)
+        return self.request(frames.Detach(self._id(), pids, exited, cgroup, unit, container), frames.DetachOk)
 
     def reset_peaks(self, pids: list[int], kernel: bool = False) -> ResetPeaksOk:
-        return self.request(ResetPeaks(self._id(), pids, kernel), ResetPeaksOk)
+        return self.request(frames.ResetPeaks(self._id(), pids, kernel), frames.ResetPeaksOk)
 
     def list(self) -> list[ProcessInfo]:
-        return self.request(ListProcesses(self._id()), ListOk).processes
+        return self.request(frames.ListProcesses(self._id()), frames.ListOk).processes
 
     def status(self) -> DaemonStatus:
-        return self.request(Status(self._id()), StatusOk).status
+        return self.request(frames.Status(self._id()), frames.StatusOk).status
 
     def history(self, pids: builtins.list[int] | None = None, seconds: float | None = None) -> HistoryOk:
-        return self.request(History(self._id(), pids or [], seconds), HistoryOk)
+        return self.request(frames.History(self._id(), pids or [], seconds), frames.HistoryOk)
 
     def stack(self, pid: int, fresh: bool = True) -> StackOk:
-        return self.request(Stack(self._id(), pid, fresh), StackOk)
+        return self.request(frames.Stack(self._id(), pid, fresh), frames.StackOk)
 
     def subscribe(self) -> None:
-        self.request(Subscribe(self._id()), Ack)
+        self.request(frames.Subscribe(self._id()), frames.Ack)
 
     def stream(self) -> Iterator[Frame]:
         """Events and samples, first those that arrived during earlier requests."""

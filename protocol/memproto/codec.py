@@ -9,16 +9,18 @@ does not know) and a server answers with an error.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from . import limits
 from .errors import IncompatibleVersion, ProtocolError
 from .frames import FRAME_TYPES, Frame
-from .records import SAMPLE_COLUMNS, Series
 from .schema import from_wire, to_wire
 from .version import PROTOCOL_MAJOR, compatible
+
+if TYPE_CHECKING:
+    from .records.history import Series
 
 
 class UnknownFrameType(ProtocolError):
@@ -38,13 +40,15 @@ def encode(frame: Frame) -> bytes:
 
 
 def encode_sample(
-    seq: int, time: float, interval: float, rows: Sequence[Sequence[Any]], fields: tuple[str, ...] = SAMPLE_COLUMNS
+    seq: int, time: float, interval: float, rows: Sequence[Sequence[Any]], fields: tuple[str, ...] | None = None
 ) -> bytes:
     """Fast path for the per-tick frame: rows go to msgpack's C packer untouched.
 
     ``rows`` (lists or tuples) follow ``fields``: :data:`~memproto.records.SAMPLE_COLUMNS` (what this agent
-    sends), or v1.0's :data:`~memproto.records.SAMPLE_FIELDS`.
+    sends, the default), or v1.0's :data:`~memproto.records.SAMPLE_FIELDS`.
     """
+    if fields is None:
+        from .records.sample import SAMPLE_COLUMNS as fields  # the sample row's module: loaded where samples are
     body = {
         "t": "sample",
         "v": PROTOCOL_MAJOR,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from memproto.records import DaemonStatus
 from memproto.schema import to_wire
 from memproto.text import label_problem, printable
 from memproto.vocabulary import Severity, StackState
@@ -23,6 +23,9 @@ from .args import pid_arg as _pid
 from .exits import EXIT_CRITICAL, EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXIT_WARNING, print_json, results
 from .render import format_table, process_json, stack_reply_lines, status_lines
 from .table import help_of
+
+if TYPE_CHECKING:
+    from memproto.records import DaemonStatus
 
 STATUS_EPILOG = (f"exit status (a health check): {EXIT_OK} no alert firing, {EXIT_WARNING} a warning alert is "
                  f"firing, {EXIT_CRITICAL} a critical alert is firing (the most severe counts; with --json too); "

@@ -17,9 +17,8 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from memproto.records import Failure
 from memproto.text import printable
 from memproto.vocabulary import ErrorCode
 
@@ -27,6 +26,9 @@ from memproto.vocabulary import ErrorCode
 from ..errors import CANNOT_WRITE as CANNOT_WRITE
 from ..errors import NO_RECORDING as NO_RECORDING
 from ..errors import CommandFailed as CommandFailed
+
+if TYPE_CHECKING:
+    from memproto.records import Failure
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1

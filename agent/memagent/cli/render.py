@@ -4,15 +4,17 @@ reply), as the ``memagent`` commands print them (``--json`` prints the wire reco
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memproto.frames import StackOk
-from memproto.records import DaemonStatus, ProcessInfo, StackDump
 from memproto.schema import to_wire
 from memproto.text import printable
 from memproto.vocabulary import AtPeakState, Resource
 
 from ..prose import frame_text, human_bytes
+
+if TYPE_CHECKING:  # annotations only: ``ls`` then loads no stack or status records
+    from memproto.frames import StackOk
+    from memproto.records import DaemonStatus, ProcessInfo, StackDump
 
 
 def process_json(p: ProcessInfo) -> dict[str, Any]:
