@@ -14,6 +14,7 @@ import contextlib
 import logging
 import resource
 import time
+from typing import TYPE_CHECKING
 
 from memproto.records import Alert, StackDump
 from memproto.text import printable
@@ -37,7 +38,6 @@ from .core.stack_collector import StackCollector
 from .core.watched import Watched
 from .errors import ConfigError
 from .metrics.http import MetricsExporter
-from .metrics.snapshot import MetricsSnapshotSource
 from .proc.nvmap import NVMAP_CLIENTS, NvmapSource
 from .proc.nvml import Nvml
 from .proc.procfs import ProcFS
@@ -47,6 +47,9 @@ from .serve.server import Server
 from .serve.status import StatusReport
 from .store.recorder import FlightRecorder
 from .store.state import StateDir, StateKeeper
+
+if TYPE_CHECKING:
+    from .metrics.snapshot import MetricsSnapshotSource
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +124,14 @@ class Agent:
         self.report = StatusReport(config, time.time(), self.procfs, self.registry, self.ticker, self.server,
                                    self.gpu, self.stacks, self.alerts, self.process_events, self.recorder)
         #: The Prometheus endpoint and textfile (docs/metrics.md); each off unless configured.
-        figures = MetricsSnapshotSource(config, self.registry, self.alerts, self.ticker, self.stacks)
-        self.metrics = MetricsExporter(config.metrics, figures, self.ticker)
+        self.metrics = MetricsExporter(config.metrics, self._metrics_figures, self.ticker)
+
+    def _metrics_figures(self) -> MetricsSnapshotSource:
+        """What the exposition reads, built at its first scrape or textfile write (none in
+        ``memagent run``: the module is not even imported there)."""
+        from .metrics.snapshot import MetricsSnapshotSource
+
+        return MetricsSnapshotSource(self.config, self.registry, self.alerts, self.ticker, self.stacks)
 
     def _container_names_found(self) -> None:
         """Told from the lookup thread (memagent.core.containers) that a name was found:

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import logging
 import os
+import select
 import signal
 import sys
 import time
@@ -35,11 +36,11 @@ from memproto.vocabulary import Resource
 from ..client import Client, connect
 from ..errors import MemagentError
 from ..prose import human_bytes
-from ..recordings.writer import RecordingWriter, check_output, create
 from .fits import HOST, FitVerdict, Need, judge
 from .outputs import Outcome, ProcessPeak, RunBudget, check_writable, failures, summary_lines, write_outputs
 
 if TYPE_CHECKING:
+    from ..recordings.writer import RecordingWriter
     from .run_agent import Child, Sentinel
 
 PROG = "memagent run"
@@ -178,6 +179,15 @@ def _kill_tree(child: Child, watch: Watch | None) -> None:
             pass
 
 
+def _frame_or_exit(client: Client, child: Child) -> bool:
+    """Wait up to :data:`WAKE` for the agent's socket or CMD's exit; whether the socket
+    has something to read (else CMD exited, a signal may wait, or the time is up)."""
+    if child.exit_fd is None:  # no pidfd: recv's own timeout is the wait
+        return True
+    readable, _, _ = select.select([client.fileno(), child.exit_fd], [], [], WAKE)
+    return client.fileno() in readable
+
+
 def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespace) -> bool:
     """Follow the stream until CMD exits; whether it was killed for its budget."""
     started = time.monotonic()
@@ -190,6 +200,8 @@ def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespa
         child.reap_orphans(watch.tree)
         if child.reap():
             return killed
+        if not (client.events or client.buffered) and not _frame_or_exit(client, child):
+            continue
         try:
             frame = client.events.popleft() if client.events else client.recv()
         except DaemonTimeout:
@@ -286,7 +298,9 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
     """Run ``argv`` (CMD and its arguments, none empty: the command's check) under the
     budget and options of ``args`` (``memagent run``'s), print its summary on stderr and
     write its outputs; the exit status (:func:`exit_status`)."""
-    if args.record:
+    if args.record:  # the writer (and the recording's format): only for --record
+        from ..recordings.writer import check_output
+
         check_output(args.record, False)
     for path in (args.report, args.junit):
         if path:
@@ -315,6 +329,8 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
             agent.attach_before_exec(child.pid)  # no label: each process is named by its own command
             recording = None
             if args.record:
+                from ..recordings.writer import RecordingWriter, create
+
                 recording = RecordingWriter(client, create(args.record, False), args.record, [], command=argv)
                 recording.begin()
             watch = Watch(client, budget, recording, sentinel)
@@ -322,6 +338,7 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
             started = time.monotonic()
             killed = supervise(client, child, watch, args)
             duration = time.monotonic() - started
+            agent.tick_now()  # CMD is reaped: the tick that tells its exit, now
             figures = finish(client, child, watch)
             if recording is not None:
                 recording.snapshot()

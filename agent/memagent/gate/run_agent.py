@@ -83,6 +83,10 @@ class Child:
         os.close(go_r)
         os.close(err_w)
         self.pid, self._go, self._err = pid, go_w, err_r
+        #: Readable once CMD has exited: the supervisor waits on it beside the agent's
+        #: socket, so that it wakes at the exit, not at the next frame. None where the
+        #: kernel has no ``pidfd_open`` (then it looks every :data:`~.run.WAKE`).
+        self.exit_fd = _pidfd(pid)
         self.wait_status: int | None = None
         self.released = False
         #: The kernel's own peak of the biggest process of the tree reaped so far (bytes):
@@ -116,6 +120,9 @@ class Child:
             if pid:
                 self.wait_status = status
                 self.kernel_max_rss = max(self.kernel_max_rss, usage.ru_maxrss * 1024)
+                if self.exit_fd is not None:
+                    os.close(self.exit_fd)
+                    self.exit_fd = None
         return self.wait_status is not None
 
     def reap_orphans(self, tree: set[int]) -> None:
@@ -142,6 +149,14 @@ class Child:
     def kernel_peak(self) -> int | None:
         """The tree's biggest reaped process's peak by the kernel, when it tells something."""
         return self.kernel_max_rss if self.kernel_max_rss > self.kernel_floor else None
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` (our child) exits, or None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd_open (Python or kernel): poll
+        return None
 
 
 class Sentinel:
@@ -231,3 +246,8 @@ class RunAgent(AgentThread):
             self.agent.registry.attach(pid, label=label, children=True)[0].pre_exec = True
 
         self.call(attach)
+
+    def tick_now(self) -> None:
+        """Have the agent tick at once, not at its next deadline (CMD has exited: the tick
+        that tells it, and the figures after it, would otherwise be up to an interval away)."""
+        self.call_soon(self.agent.ticker.hurry)
