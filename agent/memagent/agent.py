@@ -32,7 +32,6 @@ from .core.oom import OomScores
 from .core.pacing import Pacer
 from .core.process_events import ProcessEvents
 from .core.registry import Registry
-from .core.restore import restore
 from .core.sampler import Sampler, Ticker
 from .core.stack_collector import StackCollector
 from .core.watched import Watched
@@ -205,6 +204,8 @@ class Agent:
                 log.warning("restored from %s: %d group rules of users left out, past clients.max_rules_per_uid "
                             "(%d) or clients.max_rules (%d); root's and admin_group's all kept", self.state.path,
                             dropped, self.groups.max_per_uid, self.groups.max_rules)
+            from .core.restore import restore  # only with a state directory (none in `memagent run`)
+
             back, gone = restore(self.registry, saved, time.time())
             if back or gone or rules:
                 log.info("restored from %s: %d processes watched again, %d exited, %d group rules", self.state.path,

@@ -125,6 +125,21 @@ def test_the_run_ends_at_the_commands_exit_not_at_its_agents_next_tick(tmp_path:
     assert data["rss_peak_bytes"] >= 64 * MiB
 
 
+def test_a_command_that_ends_at_once_is_named_and_measured_as_itself(tmp_path: Path) -> None:
+    """``true`` may be gone (a zombie, then reaped) before the agent reads its ``exec``:
+    the agent takes its queued events before the run reaps it, so its figures are its own,
+    never those of the ``memagent run`` image it was forked from (~20 MiB); a command line
+    the agent could not read any more is the one the run exec'd. Five runs: the race is
+    one of timing."""
+    for i in range(5):
+        report = tmp_path / f"report{i}.json"
+        r = memagent_cli("run", "--report", str(report), "--", "true")
+        assert r.returncode == 0, r.stderr
+        (proc,) = json.loads(report.read_text())["processes"]
+        assert proc["cmdline"] == ["true"]
+        assert 0 < proc["rss_peak_bytes"] < 8 * MiB
+
+
 #: What a plain ``memagent run`` has no use for (issue 26: its start-up is its cost): the
 #: JUnit escape's ``xml.sax`` (which pulls ``urllib.request`` and ``http.client``), the
 #: metrics exposition, the recording writer, the configuration file's parser, the exact

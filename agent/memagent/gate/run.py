@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from memproto.client_side import ClientError, DaemonTimeout, RequestFailed
 from memproto.fold import Fold, Key
 from memproto.frames import Frame, Sample
-from memproto.records import DaemonStatus, GrowthSite, StackDump
+from memproto.records import DaemonStatus, GrowthSite, ProcessInfo, StackDump
 from memproto.text import printable
 from memproto.vocabulary import Resource
 
@@ -188,8 +188,10 @@ def _frame_or_exit(client: Client, child: Child) -> bool:
     return client.fileno() in readable
 
 
-def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespace) -> bool:
-    """Follow the stream until CMD exits; whether it was killed for its budget."""
+def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespace,
+              before_reap: Callable[[], None]) -> bool:
+    """Follow the stream until CMD exits (``before_reap()`` then, while it is a zombie);
+    whether it was killed for its budget."""
     started = time.monotonic()
     next_progress = started + 1.0
     next_stacks = started + 0.5
@@ -198,7 +200,9 @@ def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespa
     while True:
         _signals(child)
         child.reap_orphans(watch.tree)
-        if child.reap():
+        if child.exited():
+            before_reap()
+            child.reap()
             return killed
         if not (client.events or client.buffered) and not _frame_or_exit(client, child):
             continue
@@ -250,7 +254,8 @@ def finish(client: Client, child: Child, watch: Watch) -> Figures:
     watch.ask_stacks()
     status = client.status()
     total = watch.adjusted_sum(status)
-    infos = [p for p in client.list() if (p.pid, p.start_time) in watch.fold.processes]
+    cmd = min((key for key in watch.fold.processes if key[0] == child.pid), key=lambda key: key[1], default=None)
+    infos = [_named(p, cmd, child.argv) for p in client.list() if (p.pid, p.start_time) in watch.fold.processes]
     processes = [ProcessPeak.of(p, watch.stacks.get((p.pid, p.start_time))) for p in infos]
     sites = sorted(watch.sites.values(), key=lambda s: -s.bytes)[:10]
     gpus = [Need(h.resource, h.sum_peaks_bytes) for h in status.headroom
@@ -260,6 +265,15 @@ def finish(client: Client, child: Child, watch: Watch) -> Figures:
         notes.append(f"no kernel process events ({status.process_events_note or 'polling'}): a descendant "
                      "living under a second may be unseen (the kernel's wait4 peak stands in)")
     return Figures(total, processes, sites, [Need(HOST, total), *gpus], {p.pid: p.start_time for p in infos}, notes)
+
+
+def _named(p: ProcessInfo, cmd: Key | None, argv: list[str]) -> ProcessInfo:
+    """``p``; CMD itself (``cmd``, the first process of its PID) with the command line we
+    exec'd where the agent has none: a command that ends within a millisecond of its
+    ``exec`` may be a zombie before the agent reads it (an empty ``/proc/PID/cmdline``)."""
+    if p.cmdline or (p.pid, p.start_time) != cmd:
+        return p
+    return replace(p, cmdline=list(argv))
 
 
 def ask_fits(socket: str | None, figures: Figures) -> list[FitVerdict]:
@@ -336,7 +350,7 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
             watch = Watch(client, budget, recording, sentinel)
             exec_error = child.release()
             started = time.monotonic()
-            killed = supervise(client, child, watch, args)
+            killed = supervise(client, child, watch, args, agent.take_events)
             duration = time.monotonic() - started
             agent.tick_now()  # CMD is reaped: the tick that tells its exit, now
             figures = finish(client, child, watch)

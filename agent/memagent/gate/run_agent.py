@@ -83,6 +83,7 @@ class Child:
         os.close(go_r)
         os.close(err_w)
         self.pid, self._go, self._err = pid, go_w, err_r
+        self.argv = argv
         #: Readable once CMD has exited: the supervisor waits on it beside the agent's
         #: socket, so that it wakes at the exit, not at the next frame. None where the
         #: kernel has no ``pidfd_open`` (then it looks every :data:`~.run.WAKE`).
@@ -113,6 +114,13 @@ class Child:
         os.close(self._go)
         os.close(self._err)
         self.reap(block=True)
+
+    def exited(self) -> bool:
+        """Whether it has exited: reaped, or a zombie still to reap (whose ``/proc`` entry
+        still answers the agent)."""
+        if self.wait_status is not None:
+            return True
+        return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
     def reap(self, block: bool = False) -> bool:
         if self.wait_status is None:
@@ -246,6 +254,17 @@ class RunAgent(AgentThread):
             self.agent.registry.attach(pid, label=label, children=True)[0].pre_exec = True
 
         self.call(attach)
+
+    def take_events(self) -> None:
+        """Have the agent take the kernel's process events queued so far, and wait until it
+        has: called once CMD has exited and before it is reaped, so that its ``exec`` (queued
+        before its exit) is applied to it, not passed over as a reaped process's (a command
+        that lives a millisecond would keep the figures and name of our own image)."""
+
+        async def drain() -> None:
+            self.agent.process_events.drain()
+
+        self.call(drain)
 
     def tick_now(self) -> None:
         """Have the agent tick at once, not at its next deadline (CMD has exited: the tick
