@@ -14,6 +14,7 @@ import contextlib
 import logging
 import resource
 import time
+from typing import TYPE_CHECKING
 
 from memproto.records import Alert, StackDump
 from memproto.text import printable
@@ -31,13 +32,11 @@ from .core.oom import OomScores
 from .core.pacing import Pacer
 from .core.process_events import ProcessEvents
 from .core.registry import Registry
-from .core.restore import restore
 from .core.sampler import Sampler, Ticker
 from .core.stack_collector import StackCollector
 from .core.watched import Watched
 from .errors import ConfigError
 from .metrics.http import MetricsExporter
-from .metrics.snapshot import MetricsSnapshotSource
 from .proc.nvmap import NVMAP_CLIENTS, NvmapSource
 from .proc.nvml import Nvml
 from .proc.procfs import ProcFS
@@ -47,6 +46,9 @@ from .serve.server import Server
 from .serve.status import StatusReport
 from .store.recorder import FlightRecorder
 from .store.state import StateDir, StateKeeper
+
+if TYPE_CHECKING:
+    from .metrics.snapshot import MetricsSnapshotSource
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +123,14 @@ class Agent:
         self.report = StatusReport(config, time.time(), self.procfs, self.registry, self.ticker, self.server,
                                    self.gpu, self.stacks, self.alerts, self.process_events, self.recorder)
         #: The Prometheus endpoint and textfile (docs/metrics.md); each off unless configured.
-        figures = MetricsSnapshotSource(config, self.registry, self.alerts, self.ticker, self.stacks)
-        self.metrics = MetricsExporter(config.metrics, figures, self.ticker)
+        self.metrics = MetricsExporter(config.metrics, self._metrics_figures, self.ticker)
+
+    def _metrics_figures(self) -> MetricsSnapshotSource:
+        """What the exposition reads, built at its first scrape or textfile write (none in
+        ``memagent run``: the module is not even imported there)."""
+        from .metrics.snapshot import MetricsSnapshotSource
+
+        return MetricsSnapshotSource(self.config, self.registry, self.alerts, self.ticker, self.stacks)
 
     def _container_names_found(self) -> None:
         """Told from the lookup thread (memagent.core.containers) that a name was found:
@@ -196,6 +204,8 @@ class Agent:
                 log.warning("restored from %s: %d group rules of users left out, past clients.max_rules_per_uid "
                             "(%d) or clients.max_rules (%d); root's and admin_group's all kept", self.state.path,
                             dropped, self.groups.max_per_uid, self.groups.max_rules)
+            from .core.restore import restore  # only with a state directory (none in `memagent run`)
+
             back, gone = restore(self.registry, saved, time.time())
             if back or gone or rules:
                 log.info("restored from %s: %d processes watched again, %d exited, %d group rules", self.state.path,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import shutil
 import tempfile
@@ -90,6 +91,13 @@ class AgentThread:
             except concurrent.futures.TimeoutError:
                 if not self._thread.is_alive():
                     raise AgentStopped("the embedded agent stopped") from None
+
+    def call_soon(self, work: Callable[[], None]) -> None:
+        """Run ``work()`` on the agent's loop without waiting for it (it does nothing once
+        the loop has ended)."""
+        assert self._loop is not None, "not started"
+        with contextlib.suppress(RuntimeError):  # the loop closed: nothing to do there
+            self._loop.call_soon_threadsafe(work)
 
     @property
     def running(self) -> bool:

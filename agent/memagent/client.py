@@ -111,6 +111,15 @@ class Client:
     def close(self) -> None:
         self._sock.close()
 
+    def fileno(self) -> int:
+        """The socket's descriptor, to wait on it with others (``select``); see :attr:`buffered`."""
+        return self._sock.fileno()
+
+    @property
+    def buffered(self) -> bool:
+        """Whether frames already read wait in :meth:`recv` (the socket may then be silent)."""
+        return bool(self._pending)
+
     def set_timeout(self, timeout: float | None) -> None:
         """How long :meth:`recv` and a request wait from now on (``memagent record`` waits a
         quarter of a second for a frame, so that it flushes and stops on time)."""

@@ -218,6 +218,30 @@ async def test_a_failing_tick_is_logged_and_the_ticker_goes_on(caplog: pytest.Lo
     assert "tick failed" in caplog.text and "boom" in caplog.text
 
 
+async def test_a_hurried_ticker_ticks_at_once_and_keeps_its_interval_from_there() -> None:
+    """``memagent run`` hurries its agent's ticker once CMD has exited (issue 26): the next
+    tick runs without waiting for its deadline (an hour away here), and the one after it is
+    due an interval after it, not two intervals after the first."""
+    interval = 3600.0
+    ticker = Ticker(interval, lambda now: None)
+    ticker.hurry()  # not running yet: nothing to hurry
+    task = asyncio.ensure_future(ticker.run())
+    try:
+        while ticker.ticks < 1:
+            await asyncio.sleep(0)
+        ticker.hurry()
+        ticker.hurry()  # twice before it ran: still one tick
+        for _ in range(100):  # turns of the loop, not seconds: the tick runs at the first
+            await asyncio.sleep(0)
+        assert ticker.ticks == 2
+        assert interval - 60 < ticker.due_in() <= interval
+        assert ticker.overruns == 0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def test_the_ticker_stats() -> None:
     assert Ticker(0.002, lambda now: None).stats() == TickStats(0, 0.0, 0.0, 0, 0.0)
     interval = 0.002

@@ -110,6 +110,63 @@ def test_within_budget_exits_with_the_commands_status(tmp_path: Path, status: in
     assert f"exit {status}" in r.stderr and "over budget" not in r.stderr
 
 
+def test_the_run_ends_at_the_commands_exit_not_at_its_agents_next_tick(tmp_path: Path) -> None:
+    """Issue 26: the run wakes at CMD's exit (its pidfd) and has its agent tick at once for
+    the exit and the figures after it. At ``--interval 60`` the tick after CMD's exit is a
+    minute away, twice the 30 s ``memagent_cli`` gives the whole run; the figures are still
+    the exit's (the kernel's exit record: exact)."""
+    report = tmp_path / "report.json"
+    r = memagent_cli("run", "--interval", "60", "--report", str(report), "--", sys.executable, "-c",
+                     "block = b'\\x01' * (64 << 20)")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(report.read_text())
+    (proc,) = data["processes"]
+    assert proc["rss_peak_exact"] and proc["rss_peak_bytes"] >= 64 * MiB
+    assert data["rss_peak_bytes"] >= 64 * MiB
+
+
+def test_a_command_that_ends_at_once_is_named_and_measured_as_itself(tmp_path: Path) -> None:
+    """``true`` may be gone (a zombie, then reaped) before the agent reads its ``exec``:
+    the agent takes its queued events before the run reaps it, so its figures are its own,
+    never those of the ``memagent run`` image it was forked from (~20 MiB); a command line
+    the agent could not read any more is the one the run exec'd. Five runs: the race is
+    one of timing."""
+    for i in range(5):
+        report = tmp_path / f"report{i}.json"
+        r = memagent_cli("run", "--report", str(report), "--", "true")
+        assert r.returncode == 0, r.stderr
+        (proc,) = json.loads(report.read_text())["processes"]
+        assert proc["cmdline"] == ["true"]
+        assert 0 < proc["rss_peak_bytes"] < 8 * MiB
+
+
+#: What a plain ``memagent run`` has no use for (issue 26: its start-up is its cost): the
+#: JUnit escape's ``xml.sax`` (which pulls ``urllib.request`` and ``http.client``), the
+#: metrics exposition, the recording writer, the configuration file's parser, the exact
+#: size arithmetic.
+NOT_FOR_A_PLAIN_RUN = ("xml.sax", "urllib.request", "http.client", "memagent.metrics.exposition",
+                       "memagent.metrics.snapshot", "memagent.recordings.writer", "tomllib", "fractions", "difflib",
+                       "ipaddress")
+
+
+def test_a_plain_run_imports_nothing_it_does_not_use() -> None:
+    """Each module ``-X importtime`` lists is one the run imported; without an NVML library
+    on the loader's path, not even ``pynvml`` (it could only fail to load it)."""
+    import ctypes
+
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "memagent.cli", "run", "--", "true"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    imported = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "memagent.agent" in imported and "memagent.gate.outputs" in imported  # the probe sees the run's own
+    assert not imported & set(NOT_FOR_A_PLAIN_RUN), sorted(imported & set(NOT_FOR_A_PLAIN_RUN))
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        assert "pynvml" not in imported
+        assert "VRAM peak none" in r.stderr  # and the summary still tells of the GPU: none here
+
+
 def test_a_forked_childs_peak_counts(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     junit = tmp_path / "junit.xml"

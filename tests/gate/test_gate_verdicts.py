@@ -27,6 +27,8 @@ from memagent.gate.outputs import (
     read_report,
     report_json,
     summary_lines,
+    xml_attr,
+    xml_text,
 )
 from memagent.gate.run import Watch, exit_status
 from memproto.frames import Attached, Exited, Sample
@@ -138,6 +140,21 @@ def test_report_json_junit_and_step_summary_say_the_same_verdict() -> None:
     within = outcome([100 * MiB])
     assert ET.fromstring(junit_xml(within, budget, 0)).get("failures") == "0"
     assert "✅ within budget" in markdown(within, budget, 0)
+
+
+@pytest.mark.parametrize("text", ["plain", "a & b < c > d", 'say "hi"', "it's", "both ' and \"", "tab\there\nline\r",
+                                  "]]> &amp; é \x7f"])
+def test_the_junit_escapes_are_saxutils_own(text: str) -> None:
+    """The JUnit file's escapes replace ``xml.sax.saxutils``'s (whose import pulls in
+    ``urllib.request``: a third of a run's own start-up, issue 26) character for character,
+    and a command line of every kind of quote reads back whole."""
+    from xml.sax.saxutils import escape, quoteattr
+
+    assert xml_text(text) == escape(text)
+    assert xml_attr(text) == quoteattr(text)
+    run = replace(outcome([100 * MiB]), command=["python", "-c", text])
+    case = ET.fromstring(junit_xml(run, RunBudget(rss=MiB, vram=None, per_process=False), 3)).find("testcase")
+    assert case is not None and case.get("name") == f"python -c {text}"
 
 
 def test_an_over_budget_run_keeps_the_commands_own_exit_status_everywhere() -> None:

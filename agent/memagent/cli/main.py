@@ -13,11 +13,14 @@ in :mod:`.args`.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import NoReturn
 
 from memproto import ProtocolError
 from memproto.client_side import ClientError, ClientErrorCode, DaemonNotRunning, RequestFailed
@@ -164,7 +167,27 @@ def _drop_stdout() -> None:
 
 
 def entry() -> None:
-    sys.exit(main())
+    """The ``memagent`` command (and ``python -m memagent.cli``): :func:`main`, then :func:`exit_now`."""
+    exit_now(main())
+
+
+def exit_now(status: int) -> NoReturn:
+    """End as ``sys.exit(status)`` does (the ``atexit`` functions run, stdout and stderr
+    flushed) without the interpreter's teardown: freeing its modules and ~25,000 objects
+    one by one, which the kernel does at once, costs ~30 ms, a sixth of ``memagent run``'s
+    own overhead (issue 26). While another thread runs (Python would wait for it), or when a
+    flush fails (Python reports it, exit status 120), the usual exit."""
+    if threading.active_count() == 1:
+        atexit._run_exitfuncs()  # what Python runs at exit; then none are left to run twice
+        try:
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+        except (OSError, ValueError):
+            pass
+        else:
+            os._exit(status)
+    sys.exit(status)
 
 
 if __name__ == "__main__":

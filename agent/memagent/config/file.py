@@ -20,11 +20,6 @@ from ..errors import ConfigError
 from .checks import MiB
 from .schema import SCHEMA, Refused, Schema, Where, check_all
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 DEFAULT_PATH = "/etc/memagent/memagent.toml"
 #: A configuration file is read up to this size: a bigger one is refused (not a config).
 MAX_FILE = MiB
@@ -42,10 +37,20 @@ def validate(data: dict[str, Any], path: str | None = None, text: str | None = N
         raise ConfigError(printable(refused.key), refused.reason, where) from None
 
 
+def _tomllib() -> Any:
+    """The TOML parser, imported once a file is read (``memagent run`` reads none: its
+    start-up is its cost, issue 26)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    return tomllib
+
+
 def _holds(text: str, where: Where) -> bool | None:
     """Whether ``text`` (as TOML) sets the key at ``where``; None: it does not parse."""
     try:
-        node: object = tomllib.loads(text)
+        node: object = _tomllib().loads(text)
     except (ValueError, RecursionError):  # tomllib.TOMLDecodeError is a ValueError
         return None
     for name in where:
@@ -101,6 +106,7 @@ def load(path: str) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
         raise ConfigError("-", f"not UTF-8 text: byte 0x{raw[exc.start]:02x}", f"{shown}:{line}") from None
+    tomllib = _tomllib()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

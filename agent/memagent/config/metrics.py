@@ -8,9 +8,12 @@ the others in :mod:`memagent.config.sections`.
 
 from __future__ import annotations
 
-import ipaddress
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    import ipaddress
 
 #: ``per_process`` values: one series set per PID, or one per label (sums).
 PER_PROCESS = ("pid", "label")
@@ -21,6 +24,8 @@ def split_listen(text: str) -> tuple[str, int]:
     """``127.0.0.1:9478``, ``[::1]:9478`` or ``localhost:9478`` as (host, port); an IP
     address must be a literal (no name is resolved: the check and the bind agree), port
     0 (any free one, logged) to 65535. ValueError says what is wrong."""
+    import ipaddress  # here: only a configured endpoint has an address (issue 26: a run's start-up)
+
     host, sep, port = text.rpartition(":")
     if not sep or not host:
         raise ValueError(f"not ADDR:PORT: {text!r}")
@@ -36,6 +41,8 @@ def split_listen(text: str) -> tuple[str, int]:
 
 
 def _address(host: str, text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    import ipaddress
+
     try:
         return ipaddress.ip_address(host)
     except ValueError:

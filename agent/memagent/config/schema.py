@@ -10,7 +10,6 @@ daemon later (no NaN or infinity, no size or period it cannot hold). Ranges: lis
 
 from __future__ import annotations
 
-import difflib
 import math
 from typing import Any
 
@@ -72,6 +71,8 @@ def suggest(key: str, section: str | None, schema: Schema = SCHEMA) -> str:
     """`` (did you mean 'x'?)`` for a misspelt ``key`` of ``section`` (None: top level)."""
     spec = schema if section is None else schema[section]
     assert isinstance(spec, dict)
+    import difflib  # only for a misspelt key
+
     close = difflib.get_close_matches(key, list(spec), n=1, cutoff=0.6)
     if close:
         return f" (did you mean {close[0]!r}?)"

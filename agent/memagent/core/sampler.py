@@ -178,6 +178,16 @@ class Ticker:
         #: Loop time of the next tick (None until running); see :meth:`due_in`.
         self.deadline: float | None = None
         self._ticked: asyncio.Event | None = None
+        #: What the loop awaits between two ticks: its deadline, or :meth:`hurry`, ends it.
+        self._wake: asyncio.Future[bool] | None = None
+
+    def hurry(self) -> None:
+        """Run the next tick now rather than at its deadline; the ticks after it keep the
+        interval from this one. ``memagent run`` asks it once CMD has exited: the exit and
+        the figures after it are a tick away, which would otherwise add up to an interval
+        to every run (issue 26). On the loop's thread; nothing unless the ticker waits."""
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(True)
 
     def due_in(self) -> float:
         """Seconds until the next tick is due (negative: it is late); infinite when not
@@ -228,4 +238,17 @@ class Ticker:
                 self.overruns += missed
                 deadline += missed * self.interval
             self.deadline = deadline
-            await asyncio.sleep(max(0.0, deadline - loop.time()))
+            self._wake = wake = loop.create_future()
+            timer = loop.call_at(deadline, _on_time, wake)
+            try:
+                hurried = await wake
+            finally:
+                timer.cancel()
+            if hurried:  # this tick is the origin of the next ones
+                deadline = loop.time()
+
+
+def _on_time(wake: asyncio.Future[bool]) -> None:
+    """The deadline of the tick :class:`Ticker` waits for came (unless it was hurried)."""
+    if not wake.done():
+        wake.set_result(False)

@@ -14,7 +14,6 @@ import os
 import stat
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
-from xml.sax.saxutils import escape, quoteattr
 
 from memproto.records import GrowthSite, ProcessInfo, StackDump
 from memproto.text import printable
@@ -217,17 +216,42 @@ def report_json(outcome: Outcome, budget: RunBudget, exit_status: int) -> dict[s
     }
 
 
+#: XML's character data: ``&``, ``<`` and ``>`` as entities (what ``xml.sax.saxutils.escape``
+#: does; that module imports ``urllib.request`` and ``http.client``, a third of a run's own
+#: start-up cost for this, issue 26).
+_XML_TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+#: An attribute's value: besides, the white space a parser would normalise, as character references.
+_XML_ATTR = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"})
+
+
+def xml_text(data: str) -> str:
+    """``data`` as XML character data."""
+    return data.translate(_XML_TEXT)
+
+
+def xml_attr(data: str) -> str:
+    """``data`` as a quoted XML attribute value, as ``xml.sax.saxutils.quoteattr`` quotes it:
+    in double quotes, in single ones when it holds a double quote but no single one, else
+    in double quotes with ``&quot;``."""
+    data = data.translate(_XML_ATTR)
+    if '"' not in data:
+        return f'"{data}"'
+    if "'" not in data:
+        return f"'{data}'"
+    return '"{}"'.format(data.replace('"', "&quot;"))
+
+
 def junit_xml(outcome: Outcome, budget: RunBudget, exit_status: int) -> str:
     over = failures(outcome, budget)
-    name = quoteattr(" ".join(outcome.command)[:200])
+    name = xml_attr(" ".join(outcome.command)[:200])
     body = "\n".join(summary_lines(outcome, budget, exit_status))
-    failure = (f'    <failure message={quoteattr("; ".join(over))} type="over_budget">{escape(body)}</failure>\n'
+    failure = (f'    <failure message={xml_attr("; ".join(over))} type="over_budget">{xml_text(body)}</failure>\n'
                if over else "")
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
             f'<testsuite name="memagent run" tests="1" failures="{1 if over else 0}" errors="0" '
             f'time="{outcome.duration_s:.3f}">\n'
             f'  <testcase classname="memagent.run" name={name} time="{outcome.duration_s:.3f}">\n'
-            f"{failure}    <system-err>{escape(body)}</system-err>\n"
+            f"{failure}    <system-err>{xml_text(body)}</system-err>\n"
             "  </testcase>\n</testsuite>\n")
 
 

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import logging
 import os
+import select
 import signal
 import sys
 import time
@@ -28,18 +29,18 @@ from typing import TYPE_CHECKING
 from memproto.client_side import ClientError, DaemonTimeout, RequestFailed
 from memproto.fold import Fold, Key
 from memproto.frames import Frame, Sample
-from memproto.records import DaemonStatus, GrowthSite, StackDump
+from memproto.records import DaemonStatus, GrowthSite, ProcessInfo, StackDump
 from memproto.text import printable
 from memproto.vocabulary import Resource
 
 from ..client import Client, connect
 from ..errors import MemagentError
 from ..prose import human_bytes
-from ..recordings.writer import RecordingWriter, check_output, create
 from .fits import HOST, FitVerdict, Need, judge
 from .outputs import Outcome, ProcessPeak, RunBudget, check_writable, failures, summary_lines, write_outputs
 
 if TYPE_CHECKING:
+    from ..recordings.writer import RecordingWriter
     from .run_agent import Child, Sentinel
 
 PROG = "memagent run"
@@ -178,8 +179,19 @@ def _kill_tree(child: Child, watch: Watch | None) -> None:
             pass
 
 
-def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespace) -> bool:
-    """Follow the stream until CMD exits; whether it was killed for its budget."""
+def _frame_or_exit(client: Client, child: Child) -> bool:
+    """Wait up to :data:`WAKE` for the agent's socket or CMD's exit; whether the socket
+    has something to read (else CMD exited, a signal may wait, or the time is up)."""
+    if child.exit_fd is None:  # no pidfd: recv's own timeout is the wait
+        return True
+    readable, _, _ = select.select([client.fileno(), child.exit_fd], [], [], WAKE)
+    return client.fileno() in readable
+
+
+def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespace,
+              before_reap: Callable[[], None]) -> bool:
+    """Follow the stream until CMD exits (``before_reap()`` then, while it is a zombie);
+    whether it was killed for its budget."""
     started = time.monotonic()
     next_progress = started + 1.0
     next_stacks = started + 0.5
@@ -188,8 +200,12 @@ def supervise(client: Client, child: Child, watch: Watch, args: argparse.Namespa
     while True:
         _signals(child)
         child.reap_orphans(watch.tree)
-        if child.reap():
+        if child.exited():
+            before_reap()
+            child.reap()
             return killed
+        if not (client.events or client.buffered) and not _frame_or_exit(client, child):
+            continue
         try:
             frame = client.events.popleft() if client.events else client.recv()
         except DaemonTimeout:
@@ -238,7 +254,8 @@ def finish(client: Client, child: Child, watch: Watch) -> Figures:
     watch.ask_stacks()
     status = client.status()
     total = watch.adjusted_sum(status)
-    infos = [p for p in client.list() if (p.pid, p.start_time) in watch.fold.processes]
+    cmd = min((key for key in watch.fold.processes if key[0] == child.pid), key=lambda key: key[1], default=None)
+    infos = [_named(p, cmd, child.argv) for p in client.list() if (p.pid, p.start_time) in watch.fold.processes]
     processes = [ProcessPeak.of(p, watch.stacks.get((p.pid, p.start_time))) for p in infos]
     sites = sorted(watch.sites.values(), key=lambda s: -s.bytes)[:10]
     gpus = [Need(h.resource, h.sum_peaks_bytes) for h in status.headroom
@@ -248,6 +265,15 @@ def finish(client: Client, child: Child, watch: Watch) -> Figures:
         notes.append(f"no kernel process events ({status.process_events_note or 'polling'}): a descendant "
                      "living under a second may be unseen (the kernel's wait4 peak stands in)")
     return Figures(total, processes, sites, [Need(HOST, total), *gpus], {p.pid: p.start_time for p in infos}, notes)
+
+
+def _named(p: ProcessInfo, cmd: Key | None, argv: list[str]) -> ProcessInfo:
+    """``p``; CMD itself (``cmd``, the first process of its PID) with the command line we
+    exec'd where the agent has none: a command that ends within a millisecond of its
+    ``exec`` may be a zombie before the agent reads it (an empty ``/proc/PID/cmdline``)."""
+    if p.cmdline or (p.pid, p.start_time) != cmd:
+        return p
+    return replace(p, cmdline=list(argv))
 
 
 def ask_fits(socket: str | None, figures: Figures) -> list[FitVerdict]:
@@ -286,7 +312,9 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
     """Run ``argv`` (CMD and its arguments, none empty: the command's check) under the
     budget and options of ``args`` (``memagent run``'s), print its summary on stderr and
     write its outputs; the exit status (:func:`exit_status`)."""
-    if args.record:
+    if args.record:  # the writer (and the recording's format): only for --record
+        from ..recordings.writer import check_output
+
         check_output(args.record, False)
     for path in (args.report, args.junit):
         if path:
@@ -315,13 +343,16 @@ def run_command(argv: list[str], args: argparse.Namespace) -> int:
             agent.attach_before_exec(child.pid)  # no label: each process is named by its own command
             recording = None
             if args.record:
+                from ..recordings.writer import RecordingWriter, create
+
                 recording = RecordingWriter(client, create(args.record, False), args.record, [], command=argv)
                 recording.begin()
             watch = Watch(client, budget, recording, sentinel)
             exec_error = child.release()
             started = time.monotonic()
-            killed = supervise(client, child, watch, args)
+            killed = supervise(client, child, watch, args, agent.take_events)
             duration = time.monotonic() - started
+            agent.tick_now()  # CMD is reaped: the tick that tells its exit, now
             figures = finish(client, child, watch)
             if recording is not None:
                 recording.snapshot()

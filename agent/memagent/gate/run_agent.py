@@ -83,6 +83,11 @@ class Child:
         os.close(go_r)
         os.close(err_w)
         self.pid, self._go, self._err = pid, go_w, err_r
+        self.argv = argv
+        #: Readable once CMD has exited: the supervisor waits on it beside the agent's
+        #: socket, so that it wakes at the exit, not at the next frame. None where the
+        #: kernel has no ``pidfd_open`` (then it looks every :data:`~.run.WAKE`).
+        self.exit_fd = _pidfd(pid)
         self.wait_status: int | None = None
         self.released = False
         #: The kernel's own peak of the biggest process of the tree reaped so far (bytes):
@@ -110,12 +115,22 @@ class Child:
         os.close(self._err)
         self.reap(block=True)
 
+    def exited(self) -> bool:
+        """Whether it has exited: reaped, or a zombie still to reap (whose ``/proc`` entry
+        still answers the agent)."""
+        if self.wait_status is not None:
+            return True
+        return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
     def reap(self, block: bool = False) -> bool:
         if self.wait_status is None:
             pid, status, usage = os.wait4(self.pid, 0 if block else os.WNOHANG)
             if pid:
                 self.wait_status = status
                 self.kernel_max_rss = max(self.kernel_max_rss, usage.ru_maxrss * 1024)
+                if self.exit_fd is not None:
+                    os.close(self.exit_fd)
+                    self.exit_fd = None
         return self.wait_status is not None
 
     def reap_orphans(self, tree: set[int]) -> None:
@@ -142,6 +157,14 @@ class Child:
     def kernel_peak(self) -> int | None:
         """The tree's biggest reaped process's peak by the kernel, when it tells something."""
         return self.kernel_max_rss if self.kernel_max_rss > self.kernel_floor else None
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` (our child) exits, or None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd_open (Python or kernel): poll
+        return None
 
 
 class Sentinel:
@@ -231,3 +254,19 @@ class RunAgent(AgentThread):
             self.agent.registry.attach(pid, label=label, children=True)[0].pre_exec = True
 
         self.call(attach)
+
+    def take_events(self) -> None:
+        """Have the agent take the kernel's process events queued so far, and wait until it
+        has: called once CMD has exited and before it is reaped, so that its ``exec`` (queued
+        before its exit) is applied to it, not passed over as a reaped process's (a command
+        that lives a millisecond would keep the figures and name of our own image)."""
+
+        async def drain() -> None:
+            self.agent.process_events.drain()
+
+        self.call(drain)
+
+    def tick_now(self) -> None:
+        """Have the agent tick at once, not at its next deadline (CMD has exited: the tick
+        that tells it, and the figures after it, would otherwise be up to an interval away)."""
+        self.call_soon(self.agent.ticker.hurry)

@@ -39,8 +39,9 @@ import struct
 import sys
 import termios
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memproto.text import printable
 
@@ -49,8 +50,9 @@ from ..core.pacing import Pacer
 from ..core.sampler import Ticker
 from ..errors import MetricsListenError
 from ..store.files import write_atomically
-from .exposition import OPENMETRICS_TYPE, TEXT_TYPE, render
-from .snapshot import MetricsSnapshotSource
+
+if TYPE_CHECKING:
+    from .snapshot import MetricsSnapshotSource
 
 log = logging.getLogger(__name__)
 
@@ -162,9 +164,13 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
 
 
 class MetricsExporter:
-    def __init__(self, config: MetricsConfig, source: MetricsSnapshotSource, ticker: Ticker) -> None:
+    def __init__(self, config: MetricsConfig, source: Callable[[], MetricsSnapshotSource], ticker: Ticker) -> None:
+        """``source()`` builds what the snapshots are taken from, at the first exposition:
+        an agent that serves none (``memagent run``'s, memtop's) never imports the snapshot
+        and the renderer (issue 26: a run's start-up cost)."""
         self.config = config  # the agent's own: a reload changes it in place
-        self.source = source
+        self._source_of = source
+        self._source: MetricsSnapshotSource | None = None
         self.ticker = ticker
         self.pacer = Pacer(ticker)
         self.listeners: list[socket.socket] = []
@@ -186,7 +192,11 @@ class MetricsExporter:
         """The exposition now, rendered between ticks (see the module's docstring)."""
         pace = self.pacer.start()
         await pace.pause()
-        snapshot = self.source.take(time.time())
+        from .exposition import render
+
+        if self._source is None:
+            self._source = self._source_of()
+        snapshot = self._source.take(time.time())
         chunks = []
         for chunk in render(snapshot, openmetrics):
             chunks.append(chunk)
@@ -208,6 +218,11 @@ class MetricsExporter:
 
     async def start(self) -> None:
         """Bind the endpoint, if one is configured; MetricsListenError (one line) if not possible."""
+        if self.config.listen is not None or self.config.textfile is not None:
+            # Imported now, not at the first scrape, between two ticks.
+            from . import exposition  # noqa: F401
+
+            self._source = self._source_of()
         if self.config.listen is None:
             return
         host, port = split_listen(self.config.listen)
@@ -356,6 +371,8 @@ class MetricsExporter:
             return response(404, b"not found: the metrics are at /metrics\n", head=head)
         openmetrics = wants_openmetrics(headers.get("accept", ""))
         body = await self.body(openmetrics)
+        from .exposition import OPENMETRICS_TYPE, TEXT_TYPE
+
         return response(200, body, OPENMETRICS_TYPE if openmetrics else TEXT_TYPE, head=head)
 
     # ------------------------------------------------------------------ textfile
