@@ -196,6 +196,9 @@ def test_groups_users_and_the_hook_are_resolved_when_checked(tmp_path: Path) -> 
     ("[alert]\nhook = []", "alert: unknown key (did you mean 'alerts'?)"),
     ('[alerts]\nreserve = "1GiB"', "alerts.reserve: unknown key (did you mean 'host.reserve', under [host]?)"),
     ("zzz = 1", "zzz: unknown key"),
+    ("[stacks]\nsampler_cpu = 0.25", "stacks.sampler_cpu: no longer a key: [stacks] cpu_budget replaces it (the "
+                                     "share of one core all stack work may use, the daemon's own and py-spy's with "
+                                     "Austin's; stacks.md)"),
 ])
 def test_a_misspelt_key_gets_the_closest_one(tmp_path: Path, body: str, message: str) -> None:
     assert str(refused(tmp_path, body)).endswith(message)

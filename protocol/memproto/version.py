@@ -7,7 +7,7 @@ what it does not know, so minor differences never break a connection.
 from __future__ import annotations
 
 PROTOCOL_MAJOR = 1
-PROTOCOL_MINOR = 10
+PROTOCOL_MINOR = 11
 PROTOCOL_VERSION: tuple[int, int] = (PROTOCOL_MAJOR, PROTOCOL_MINOR)
 
 

@@ -80,6 +80,11 @@ def status_lines(status: DaemonStatus) -> list[str]:
     lines.append(f"stack sampler: {printable(status.stack_sampler)}"
                  + (f" ({printable(status.stack_sampler_note)})" if status.stack_sampler_note else "")
                  + f", {status.sampler_bursts} bursts")
+    if status.stack_cpu_budget:
+        lines.append(f"stack CPU: {100 * status.stack_cpu_rate:.1f} % of a core over the last "
+                     f"{status.stack_cpu_window:g} s (budget {100 * status.stack_cpu_budget:g} %); since start "
+                     f"{status.stack_cpu_own_seconds:.1f} s the daemon's, {status.stack_cpu_helper_seconds:.1f} s "
+                     "its helpers' (py-spy, Austin)")
     for g in status.gpus:
         state = "LOST" if g.lost else f"{human_bytes(g.used_bytes)} used of {human_bytes(g.total_bytes)}"
         lines.append(f"GPU {g.index}: {printable(g.name)} {printable(g.uuid)}: {state}")

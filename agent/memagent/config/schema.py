@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from .auto import check_file
 from .checks import MAX_HISTORY_SLOTS, Check, Number, Whole, shown, user
 from .keys import Table
-from .sections import KEYS, default_of
+from .sections import KEYS, RETIRED, default_of
 
 #: The schema's shape: a top-level key's check, or a table's keys and their checks.
 Schema = dict[str, dict[str, Check] | Check]
@@ -114,7 +114,8 @@ def _check_keys(data: dict[str, Any], schema: Schema) -> dict[str, Any]:
             for sub, v in value.items():
                 check = spec.get(sub)
                 if check is None:
-                    raise Refused(ConfigError(f"{key}.{sub}", "unknown key" + suggest(sub, key, schema)), (key, sub))
+                    why = RETIRED.get(f"{key}.{sub}") or "unknown key" + suggest(sub, key, schema)
+                    raise Refused(ConfigError(f"{key}.{sub}", why), (key, sub))
                 out[f"{key}.{sub}"] = _checked(check, v, f"{key}.{sub}", (key, sub))
         else:
             out[key] = _checked(spec, value, key, (key,))

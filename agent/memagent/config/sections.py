@@ -150,10 +150,12 @@ class StackConfig:
                                  help="what samples a growing process's stacks: austin (100 Hz, default), dumps "
                                       "(py-spy dumps in a row: slows an allocating target ~10 %%), off "
                                       "(docs/stacks.md)"))
-    #: The share of one core all Austin runs together may use (memagent.core.bursts).
-    sampler_cpu: float = key("stacks.sampler_cpu", Number(0.01, 16.0, "cores"), 0.25, reload=LIVE,
-                             doc="The share of one core all Austin runs together may use; past it the "
-                                 "costliest bursts stop (stacks.md).")
+    #: The share of one core all stack work may use: the daemon's and its helpers' (py-spy,
+    #: Austin), over a sliding window (memagent.core.stack_budget).
+    cpu_budget: float = key("stacks.cpu_budget", Number(0.005, 16.0, "cores"), 0.04, reload=LIVE,
+                            doc="The share of one core all stack work may use, the daemon's own and its "
+                                "helpers' (py-spy, Austin), over the last 10 s; while spent, no burst starts, "
+                                "the costliest stop and only `stack` requests are dumped (stacks.md).")
     austin: str | None = key("stacks.austin", program_path, None, reload=RESTART,
                              shown_default="none: on `PATH`, else beside Python", doc="The Austin executable (3.x).",
                              flag=flag("--austin", metavar="PATH",
@@ -366,6 +368,12 @@ class AgentConfig:
 KEYS: Table = keys_of(AgentConfig)
 #: Each key by its file key.
 KEY = {row.key.file: row for row in KEYS}
+#: Keys the file may no longer hold, each with the one line that names its replacement:
+#: refused rather than ignored, so that a bound the operator set is never silently gone.
+RETIRED = {
+    "stacks.sampler_cpu": "no longer a key: [stacks] cpu_budget replaces it (the share of one core all stack "
+                          "work may use, the daemon's own and py-spy's with Austin's; stacks.md)",
+}
 
 
 def default_of(file_key: str) -> Any:

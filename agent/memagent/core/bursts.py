@@ -15,16 +15,19 @@ defences, both measured, neither a guess about the targets:
 * each window samples a process with many threads less often: one sample every
   ``BURST_INTERVAL_MS`` x ceil(threads / ``THREADS_AT_FULL_RATE``), its thread count
   read as the window starts;
-* all Austin runs together may use at most ``[stacks] sampler_cpu`` of one core (0.25):
-  once a second (:meth:`Bursts.police`) each run's CPU is read from its own
-  ``/proc/PID/stat``; past the budget over the last ``POLICE_WINDOW`` seconds, the runs
-  that used the most in them are stopped until the rest fit (their processes wait ``BURST_RETRY``: ``cut``), and while
-  over it a UID that runs a burst already starts no other (``refused``). When the 8
+* the stack work as a whole, the daemon's and its helpers', Austin's included, may use
+  at most ``[stacks] cpu_budget`` of one core over the last ten seconds
+  (:mod:`memagent.core.stack_budget`): once a second (:meth:`Bursts.police`) each run's
+  CPU is read from its own ``/proc/PID/stat``; past the budget, the runs that used the most
+  in the window are stopped until the rest would fit (their processes wait
+  ``BURST_RETRY``: ``cut``), and no burst starts unless the window has room for what an
+  Austin run costs, for it and for each one running (``RUN_COST_START``, then the runs'
+  own mean: ``refused``). When the 8
   slots are full, a UID that holds fewer than the heaviest holder less one takes one of
   its slots: one user's growing processes cannot hold every slot.
 
-What is spent is shown by ``memagent status`` (the sampler's note): the CPU all runs
-used, the bursts cut and refused.
+What is spent is shown by ``memagent status`` (the stack CPU line and the sampler's note):
+the CPU of the stack work over the window and since the start, the bursts cut and refused.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ from memproto.records import StackDump
 from ..errors import MemagentError
 from ..proc import austin
 from ..proc.austin import SampleRound
+from ..proc.helper import Helper
 from .process_stacks import ProcessStacks
+from .stack_budget import WINDOW_S, CpuBudget
 from .watched import Watched
 
 log = logging.getLogger(__name__)
@@ -60,8 +65,12 @@ BURST_RETRY = 30.0
 THREADS_AT_FULL_RATE = 32
 #: How often the CPU of the Austin runs is read and held to the budget.
 POLICE_EVERY_S = 1.0
-#: Readings the budget is judged over (one a second).
-POLICE_WINDOW = 5
+#: Readings of each run's CPU kept to choose which to stop: the budget's window.
+POLICE_WINDOW = int(WINDOW_S / POLICE_EVERY_S)
+#: What an Austin run is taken to cost (CPU seconds) until runs have been measured; the
+#: weight of each measured run in the mean that replaces it.
+RUN_COST_START = 0.15
+RUN_COST_WEIGHT = 0.2
 #: At most one log line about cut bursts per this many seconds.
 CUT_LOG_EVERY_S = 60.0
 
@@ -70,27 +79,24 @@ class Bursts:
     """The bursts running, by process, and when each process may have its next."""
 
     def __init__(self, program: str | None, on_peak_stack: Callable[[Watched, StackDump], None],
-                 cpu_share: float = 0.25) -> None:
+                 budget: CpuBudget) -> None:
         self.program = program
         self.on_peak_stack = on_peak_stack
         self.started = 0
-        #: The share of one core all Austin runs together may use ([stacks] sampler_cpu).
-        self.cpu_share = cpu_share
-        #: CPU seconds all Austin runs used, as read once a second (the last second of a
-        #: run that ends in between is not read); the share of a core in the last second.
-        self.cpu_seconds = 0.0
-        self.cpu_rate = 0.0
+        #: The stack work's CPU budget, shared with py-spy's dumps ([stacks] cpu_budget).
+        self.budget = budget
         #: Bursts stopped at the CPU budget; starts refused (over the budget, or full slots).
         self.cut = 0
         self.refused = 0
-        #: The Austin PID of each burst's current run, and its CPU at the last reading.
-        self._austin: dict[Key, int] = {}
-        self._cpu_read: dict[int, float] = {}
+        #: The CPU seconds an Austin run costs, as measured (a moving mean of their rusage):
+        #: a burst starts only when the budget's window has room for one more.
+        self.run_cost = RUN_COST_START
+        #: The helper of each burst's current Austin run.
+        self._austin: dict[Key, Helper] = {}
         self._uid: dict[Key, int] = {}
         self._policed: float | None = None
-        #: The last POLICE_WINDOW readings (seconds, CPU per burst): the budget is judged
-        #: over them, so that a run's start (Austin finding the interpreter) is not a cut.
-        self._readings: deque[tuple[float, dict[Key, float]]] = deque(maxlen=POLICE_WINDOW)
+        #: The last POLICE_WINDOW readings (CPU per burst): whom to stop, when over.
+        self._readings: deque[dict[Key, float]] = deque(maxlen=POLICE_WINDOW)
         self._cut_logged = -math.inf
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         #: Bursts stopped (their process exited, or was detached) that are still reaping
@@ -103,13 +109,14 @@ class Bursts:
 
     def start(self, w: Watched, ps: ProcessStacks) -> None:
         """Sample ``w`` unless it is sampled already, its last burst failed (or was cut)
-        lately, the CPU budget is spent and its UID runs one already, or the slots are full
+        lately, the CPU budget's window has no room for one more run, or the slots are full
         and its UID holds its share of them."""
         if self.program is None or w.key in self._tasks or time.monotonic() < self._retry.get(w.key, 0.0):
             return
-        runs_one = w.uid in self._uid.values()
-        if (self.cpu_rate > self.cpu_share and runs_one) or (len(self._tasks) >= MAX_BURSTS
-                                                             and not self._make_room(w.uid)):
+        # Room for this run and for those running, each taken to cost a run's mean: their
+        # CPU is charged as it is read (once a second, and at reap), after they start.
+        room_for_one = self.budget.room() >= self.run_cost * (len(self._tasks) + 1)
+        if not room_for_one or (len(self._tasks) >= MAX_BURSTS and not self._make_room(w.uid)):
             self.refused += 1
             return
         with contextlib.suppress(RuntimeError):  # no running loop: a tick outside the agent (tests)
@@ -129,35 +136,25 @@ class Bursts:
         return True
 
     def police(self) -> None:
-        """Once a second: read each Austin run's CPU; past the budget, stop the runs that
-        used the most until the rest fit (see the module doc)."""
+        """Once a second: charge each Austin run's CPU since the last reading; past the
+        budget, stop the runs that spent the most in the window until the rest would fit
+        (see the module doc)."""
         now = time.monotonic()
         if self._policed is not None and now - self._policed < POLICE_EVERY_S:
             return
-        elapsed = None if self._policed is None else now - self._policed
         self._policed = now
-        used: dict[Key, float] = {}
-        for key, pid in self._austin.items():
-            seconds = austin.cpu_seconds(pid)
-            if seconds is not None:
-                used[key] = seconds - self._cpu_read.get(pid, 0.0)
-                self._cpu_read[pid] = seconds
-        self.cpu_seconds += sum(used.values())
-        if elapsed is None or elapsed <= 0:
+        self._readings.append({key: helper.poll_cpu() for key, helper in self._austin.items()})
+        over = -self.budget.room()
+        if over <= 0:
             return
-        self._readings.append((elapsed, used))
-        span = max(sum(e for e, _ in self._readings), POLICE_WINDOW * POLICE_EVERY_S)
         spent: Counter[Key] = Counter()
-        for _, part in self._readings:
+        for part in self._readings:
             spent.update({k: v for k, v in part.items() if k in self._tasks})
-        total = sum(spent.values())
-        self.cpu_rate = total / span
-        allowed = self.cpu_share * span
         cut = 0
         for key, seconds in spent.most_common():
-            if total <= allowed:
+            if over <= 0:
                 break
-            total -= seconds
+            over -= seconds
             self._retry[key] = now + BURST_RETRY
             self.stop(key)
             cut += 1
@@ -165,8 +162,9 @@ class Bursts:
             self.cut += cut
             if now - self._cut_logged >= CUT_LOG_EVERY_S:
                 self._cut_logged = now
-                log.warning("austin used %.0f %% of a core (budget %.0f %%): %d burst(s) stopped (%d so far)",
-                            100 * self.cpu_rate, 100 * self.cpu_share, cut, self.cut)
+                log.warning("stacks used %.1f %% of a core over %g s (budget %.1f %%): %d burst(s) stopped "
+                            "(%d so far)", 100 * self.budget.rate, self.budget.window, 100 * self.budget.share,
+                            cut, self.cut)
 
     def stop(self, key: Key) -> None:
         self._uid.pop(key, None)
@@ -230,20 +228,20 @@ class Bursts:
             if dump is not None:
                 self.on_peak_stack(w, dump)
 
-        def on_start(pid: int) -> None:
-            self._austin[w.key] = pid
+        def on_start(helper: Helper) -> None:
+            self._austin[w.key] = helper
 
         try:
             return await asyncio.wait_for(
-                austin.sample(self.program, w.pid, BURST_SECONDS, self._interval_ms(w), on_round, on_start),
-                BURST_SECONDS + 10)
+                austin.sample(self.program, w.pid, BURST_SECONDS, self._interval_ms(w), on_round,
+                              self.budget.charge, on_start), BURST_SECONDS + 10)
         except asyncio.TimeoutError:
             log.warning("austin on %d did not end in time: killed", w.pid)
             return austin.BurstEnd(0, error="austin hung")
         finally:
-            pid = self._austin.pop(w.key, None)
-            if pid is not None:
-                self._cpu_read.pop(pid, None)
+            helper = self._austin.pop(w.key, None)
+            if helper is not None and helper.cpu_seconds is not None:
+                self.run_cost += RUN_COST_WEIGHT * (helper.cpu_seconds - self.run_cost)
 
     @staticmethod
     def _interval_ms(w: Watched) -> int:

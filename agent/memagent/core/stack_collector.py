@@ -4,7 +4,10 @@ each process's stacks.
 The tick only *asks* (:meth:`StackCollector.on_tick` queues requests, O(1) each); dumps
 run as asyncio subprocesses in :meth:`StackCollector.run`, at most ``concurrency`` at a
 time and at most ``budget`` per second, highest priority first (on demand, new peak,
-growth, rotation). A slow or failing py-spy therefore never delays a memory tick.
+growth, rotation). A slow or failing py-spy therefore never delays a memory tick. All of
+the stack work, the daemon's and its helpers', is held to ``[stacks] cpu_budget`` of a
+core (:mod:`memagent.core.stack_budget`): while it is spent, only ``stack`` requests are
+dumped and no burst starts.
 
 While a process grows (a tick saw it rise by ``SAMPLING_MIN``), a *burst*: Austin
 attached for 5 s at 100 Hz (:func:`memagent.proc.austin.sample`), its
@@ -45,6 +48,7 @@ from .process_stacks import (
     TokenBucket,
 )
 from .registry import Registry
+from .stack_budget import CpuBudget
 from .watched import Watched
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,8 @@ Key = tuple[int, int]
 SAMPLING_WINDOW = 3.0
 SAMPLING_MIN = 1024 * 1024
 SAMPLING_FACTOR = 2.5
+#: While the CPU budget is spent, how often the queue looks again.
+BUDGET_WAIT = 0.25
 NO_AUSTIN = "austin not found (pip install 'austin-dist<4', or set [stacks] austin)"
 
 
@@ -72,7 +78,9 @@ class StackCollector:
         self.on_state = on_state or (lambda w, message: None)
         #: Told of each new stack at a process's peak (the flight recorder keeps them).
         self.on_peak_stack: Callable[[Watched, StackDump], None] = on_peak_stack or (lambda w, dump: None)
-        self.bursts = Bursts(self.austin, self.on_peak_stack, config.sampler_cpu)
+        #: The CPU of all stack work, the daemon's own and its helpers' ([stacks] cpu_budget).
+        self.budget = CpuBudget(config.cpu_budget)
+        self.bursts = Bursts(self.austin, self.on_peak_stack, self.budget)
         self.bucket = TokenBucket(config.budget, config.burst)
         self.sampling_bucket = TokenBucket(config.budget * SAMPLING_FACTOR, 2)
         self._running: set[Key] = set()
@@ -117,8 +125,7 @@ class StackCollector:
             return NO_AUSTIN
         b = self.bursts
         return (f"{self.austin}: {1000 // BURST_INTERVAL_MS} Hz for {BURST_SECONDS:g} s while a process grows; "
-                f"austin CPU {b.cpu_seconds:.1f} s, {100 * b.cpu_rate:.0f} % of a core now "
-                f"(budget {100 * b.cpu_share:.0f} %), {b.cut} bursts cut, {b.refused} refused")
+                f"{b.cut} bursts cut, {b.refused} refused at the CPU budget or full slots")
 
     def apply(self, config: StackConfig) -> None:
         """A reload: the live keys of ``[stacks]`` (the budget, timeout, growth threshold,
@@ -127,7 +134,7 @@ class StackCollector:
         copy_live(self.config, config)
         self.bucket.rate = self.config.budget
         self.sampling_bucket.rate = self.config.budget * SAMPLING_FACTOR
-        self.bursts.cpu_share = self.config.sampler_cpu
+        self.budget.share = self.config.cpu_budget
 
     def of(self, w: Watched) -> ProcessStacks:
         ps = self.stacks.get(w.key)
@@ -149,7 +156,14 @@ class StackCollector:
 
     def on_tick(self, now: float, changed: list[Watched], exited: list[Watched], registry: Registry) -> None:
         """``changed``: the processes whose memory was re-read this tick (the others did not
-        move, so they cannot have grown)."""
+        move, so they cannot have grown). Its thread time is charged to the CPU budget."""
+        started = time.thread_time()
+        try:
+            self._on_tick(now, changed, exited, registry)
+        finally:
+            self.budget.charge(time.thread_time() - started, 0.0)
+
+    def _on_tick(self, now: float, changed: list[Watched], exited: list[Watched], registry: Registry) -> None:
         for w in exited:
             self.bursts.stop(w.key)
             if w.key in self.stacks:
@@ -261,6 +275,8 @@ class StackCollector:
                 while wait > 0:
                     await asyncio.sleep(wait)
                     wait = bucket.take()
+                while self.budget.exhausted and self._heap and self._heap[0][0] != DEMAND:
+                    await asyncio.sleep(BUDGET_WAIT)  # the CPU budget is spent: only a `stack` request
                 if not self._heap:  # drained meanwhile (detached)
                     self._sem.release()
                     continue
@@ -312,7 +328,7 @@ class StackCollector:
         ps = self.of(w)
         before = _reading(w, ps)
         result = await pyspy.dump(self.py_spy, w.pid, self.config.timeout, time.time, trigger, w.rss, w.vram,
-                                  lambda: w.alive and w.handle.alive())
+                                  lambda: w.alive and w.handle.alive(), self.budget.charge)
         after = _reading(w, ps)
         if result.dump is None:
             self._set_state(w, result.state, result.message)

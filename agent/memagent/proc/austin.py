@@ -31,6 +31,7 @@ import functools
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ from memproto.records import StackFrame
 
 from .children import die_with, find_program, kill_and_reap
 from .frames import program_frames
+from .helper import Charge, Helper, no_charge, spawn
 
 log = logging.getLogger(__name__)
 
@@ -159,46 +161,28 @@ class BurstEnd:
     error: str | None = None
 
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """CPU time (user + system) an Austin run of ours has used so far, from its
-    ``/proc/PID/stat``; None once it is gone. The cost of a run grows with its target's
-    threads (each is read at every sample), which the target's owner chooses: this is what
-    the bursts' CPU budget is measured with (memagent.core.bursts)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-        fields = data[data.rfind(b")") + 2:].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 async def sample(austin: str, pid: int, seconds: float, interval_ms: int,
-                 on_round: Callable[[SampleRound, int | None], None],
-                 on_start: Callable[[int], None] | None = None) -> BurstEnd:
+                 on_round: Callable[[SampleRound, int | None], None], charge: Charge = no_charge,
+                 on_start: Callable[[Helper], None] | None = None) -> BurstEnd:
     """Run Austin on ``pid`` for ``seconds`` at one sample each ``interval_ms``, calling
     ``on_round(round, rss_at_attach)`` as each round arrives. Line-buffered through
     ``stdbuf`` where there is one, so rounds arrive as they are taken (else in 4 KiB blocks,
     ~0.1 s late). Killed when cancelled, and with the agent (``PR_SET_PDEATHSIG``).
-    ``on_start``: told Austin's PID once it runs (``stdbuf`` execs it: the same PID), to
-    measure its CPU (:func:`cpu_seconds`)."""
+    ``charge``: told the CPU of the run (Austin's own, from its rusage at reap and
+    :meth:`Helper.poll_cpu` meanwhile) and the daemon's thread time reading its lines and
+    crediting its rounds (``on_round`` included). ``on_start``: told the running helper
+    once it runs (``stdbuf`` execs Austin: the same PID), to poll its CPU."""
     argv = [austin, "-f", "-P", "-i", f"{interval_ms}ms", "-x", f"{max(1, round(seconds))}",
             "-t", ATTACH_WAIT, "-p", str(pid)]
     stdbuf = shutil.which("stdbuf")
     if stdbuf is not None:
         argv = [stdbuf, "-oL", *argv]
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, preexec_fn=die_with(os.getpid()), limit=MAX_LINE * 2)
+        proc = await spawn(argv, charge, preexec_fn=die_with(os.getpid()), limit=MAX_LINE * 2)
     except OSError as exc:
         return BurstEnd(0, error=f"cannot run austin: {exc.strerror}")
-    assert proc.stdout is not None and proc.stderr is not None
     if on_start is not None:
-        on_start(proc.pid)
+        on_start(proc)
     parser, rounds = RoundParser(), 0
     try:
         while True:
@@ -208,9 +192,11 @@ async def sample(austin: str, pid: int, seconds: float, interval_ms: int,
                 continue
             if not raw:
                 break
+            started = time.thread_time()
             for done in parser.feed(raw.decode("utf-8", "replace").rstrip("\n")):
                 rounds += 1
                 on_round(done, parser.start_rss)
+            charge(time.thread_time() - started, 0.0)
         for done in parser.flush():
             rounds += 1
             on_round(done, parser.start_rss)
@@ -219,6 +205,8 @@ async def sample(austin: str, pid: int, seconds: float, interval_ms: int,
     except asyncio.CancelledError:
         await kill_and_reap(proc)
         raise
+    finally:
+        proc.close()
     if status == 0 or rounds:
         return BurstEnd(rounds)
     first = next((ln.strip() for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()), "")

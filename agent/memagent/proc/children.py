@@ -11,6 +11,8 @@ import signal
 import sys
 from collections.abc import Callable
 
+from .helper import Helper
+
 
 def find_program(name: str, explicit: str | None = None) -> str | None:
     """``explicit`` if it is executable, else ``name`` on PATH, else beside this Python (a
@@ -66,20 +68,17 @@ def die_with(parent: int) -> Callable[[], None] | None:
     return preexec
 
 
-async def kill_and_reap(proc: asyncio.subprocess.Process) -> None:
+async def kill_and_reap(proc: Helper) -> float | None:
     """Kill a helper and wait until it is reaped, even when cancelled again meanwhile (a
     burst stopped at its process's exit is cancelled once more when the agent stops): one
     that is not reaped before the loop closes makes its transport complain from a closed
-    loop, on the user's terminal. A SIGKILLed process is reaped within milliseconds.
-
-    Its pipes are read to their end meanwhile and what is left thrown away: asyncio's
-    ``wait()`` returns only once every pipe of the child is closed on our side, and a pipe
-    whose reader stopped mid-output (a helper that wrote more than the stream's limit
-    before it was cancelled) is paused and never sees its end: the wait, and with it the
-    agent's stop, would then hang for good."""
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    waiting = asyncio.ensure_future(proc.communicate())
+    loop, on the user's terminal. A SIGKILLed process is reaped within milliseconds. Our
+    ends of its pipes are closed then, what is left in them thrown away. Returns the CPU
+    seconds it used (its ``rusage``: charged to the budget at reap)."""
+    proc.kill()
+    waiting = asyncio.ensure_future(proc.wait())
     while not waiting.done():
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(waiting)
+    proc.close()
+    return proc.cpu_seconds

@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from memproto.vocabulary import StackState
 
 from .children import die_with, find_program, kill_and_reap
 from .frames import program_frames
+from .helper import Charge, no_charge, spawn
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +106,10 @@ class DumpResult:
 
 
 async def dump(py_spy: str, pid: int, timeout: float, now: Callable[[], float], trigger: str, rss: int,
-               vram: int | None, pid_alive: Callable[[], bool]) -> DumpResult:
+               vram: int | None, pid_alive: Callable[[], bool], charge: Charge = no_charge) -> DumpResult:
     """Run ``py-spy dump --nonblocking --json`` on ``pid``. ``rss``/``vram`` are the
-    process's memory when the dump was asked for.
+    process's memory when the dump was asked for; ``charge`` is told what the dump cost
+    (py-spy's CPU from its rusage, the daemon's in starting it and reading its JSON).
 
     py-spy takes a PID, not a pinned process: ``pid_alive`` must say whether *the watched
     process* (not whatever holds the PID now) still exists, e.g. by a read through its
@@ -118,11 +121,8 @@ async def dump(py_spy: str, pid: int, timeout: float, now: Callable[[], float], 
         return DumpResult(None, StackState.EXITED, ADVICE[StackState.EXITED])
     env = {**os.environ, "RUST_BACKTRACE": "0"}
     try:
-        proc = await asyncio.create_subprocess_exec(
-            py_spy, "dump", "--pid", str(pid), "--nonblocking", "--json",
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env, preexec_fn=die_with(os.getpid()),
-        )
+        proc = await spawn([py_spy, "dump", "--pid", str(pid), "--nonblocking", "--json"], charge, env=env,
+                           preexec_fn=die_with(os.getpid()))
     except OSError as exc:
         return DumpResult(None, StackState.ERROR, f"cannot run py-spy: {exc.strerror}")
     try:
@@ -134,13 +134,17 @@ async def dump(py_spy: str, pid: int, timeout: float, now: Callable[[], float], 
     except asyncio.CancelledError:
         await kill_and_reap(proc)  # the agent stops mid-dump: reaped before its loop closes
         raise
+    proc.close()
     if proc.returncode != 0:
         state, message = classify_failure(err.decode("utf-8", "replace"), pid_alive())
         return DumpResult(None, state, message)
+    started = time.thread_time()
     try:
         taken = parse_dump(out, now(), trigger, rss, vram)
     except (ValueError, TypeError, KeyError) as exc:
         return DumpResult(None, StackState.ERROR, f"unreadable py-spy output: {exc}")
+    finally:
+        charge(time.thread_time() - started, 0.0)
     if not pid_alive():  # gone during the dump: the PID may have been another process's
         return DumpResult(None, StackState.EXITED, ADVICE[StackState.EXITED] + " (during the dump: discarded)")
     return DumpResult(taken, StackState.OK)

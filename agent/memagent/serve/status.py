@@ -99,6 +99,11 @@ class StatusReport:
             stack_sampler=self.stacks.sampler,
             stack_sampler_note=self.stacks.sampler_note,
             sampler_bursts=self.stacks.bursts.started,
+            stack_cpu_budget=self.stacks.budget.share if self.stacks.usable else 0.0,
+            stack_cpu_rate=self.stacks.budget.rate,
+            stack_cpu_window=self.stacks.budget.window,
+            stack_cpu_own_seconds=self.stacks.budget.own_seconds,
+            stack_cpu_helper_seconds=self.stacks.budget.helper_seconds,
         )
 
     def _state_faults(self) -> list[str]:

@@ -116,3 +116,11 @@ class DaemonStatus:
     #: counted over the processes the caller may see.
     oom_adjusted: int = 0
     oom_refused: int = 0
+    #: v1.11: the CPU budget of all stack work ([stacks] cpu_budget, share of one core),
+    #: the share spent over the window (seconds) it is judged over, and the CPU seconds
+    #: spent since the daemon started: the daemon's own thread time, its helpers'.
+    stack_cpu_budget: float = 0.0
+    stack_cpu_rate: float = 0.0
+    stack_cpu_window: float = 0.0
+    stack_cpu_own_seconds: float = 0.0
+    stack_cpu_helper_seconds: float = 0.0
