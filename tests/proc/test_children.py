@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from memagent.proc.children import kill_and_reap
+from memagent.proc.helper import no_charge, spawn
 
 pytestmark = pytest.mark.e2e  # every test here starts processes (tests/tiers.py)
 
@@ -20,8 +21,7 @@ async def test_a_helper_cancelled_mid_output_is_reaped() -> None:
     """Its reader stopped after one line and its pipes filled: the stream's transport is
     paused and would never see the pipe's end, so a bare ``wait()`` hung for good (a
     daemon that never stopped on SIGTERM after an Austin burst on a 200-thread process)."""
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", CHATTY, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE, limit=1024)
+    proc = await spawn([sys.executable, "-c", CHATTY], no_charge, limit=1024)
     assert proc.stdout is not None
     await proc.stdout.readline()
     # Let it fill the 64 KiB pipes and our 2 KiB buffer: the transport pauses reading.
@@ -29,5 +29,6 @@ async def test_a_helper_cancelled_mid_output_is_reaped() -> None:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.2)
     # A hang (before the fix) is pytest-timeout's to report: kill_and_reap outlives cancels.
-    await kill_and_reap(proc)
+    cpu = await kill_and_reap(proc)
     assert proc.returncode is not None and proc.returncode < 0
+    assert cpu is not None and cpu > 0  # its rusage, charged to the stack budget
